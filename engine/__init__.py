@@ -1,0 +1,131 @@
+"""subagent-engine's protocol-neutral core: events, lanes, the run journal and the actor tree.
+
+Embed it with `engine.open_run()` (a private engine for one run) or `Engine` (many runs):
+
+    async with engine.open_run(agents) as run:
+        result = await run.delegate(engine.DelegationRequest(agent="research", objective="..."))
+        async for entry in run.events():
+            ...
+
+Nothing in this package imports a protocol SDK or a web framework; adapters translate.
+"""
+
+from engine._actors import DelegationActor, DelegationHandle, Engine, Run, RunActor, open_run
+from engine._delegation import DelegationIdentity, DelegationState
+from engine._events import (
+    CRITICAL,
+    IMPORTANT,
+    VOLATILE,
+    DelegationEvent,
+    DropReport,
+    Kind,
+    is_terminal,
+    lane_of,
+)
+from engine._journal import (
+    CursorError,
+    JournalStatistics,
+    JournalStore,
+    MemoryJournalStore,
+    RunJournal,
+    Subscription,
+)
+from engine._lanes import JournalEntry, LaneBuffer, LaneStatistics, event_weight
+from engine._redact import REDACTED, Redactor
+from engine._registry import (
+    AgentSpec,
+    DelegationPolicy,
+    DelegationRequest,
+    EngineLimits,
+    InputRequiredMode,
+    Registry,
+    RegistryError,
+)
+from engine._results import (
+    ArtifactRef,
+    DelegationError,
+    DelegationResult,
+    ErrorCode,
+    InputArtifact,
+    RemoteCancel,
+    ResultMessage,
+    Status,
+)
+from engine._targets import (
+    Answer,
+    DelegationTask,
+    Emit,
+    Target,
+    TargetCapabilities,
+    TargetSession,
+    TargetUpdate,
+)
+from engine._wire import (
+    WireError,
+    event_from_json,
+    event_from_jsonable,
+    result_from_json,
+    result_from_jsonable,
+    to_json,
+    to_jsonable,
+)
+
+__all__ = [
+    "CRITICAL",
+    "IMPORTANT",
+    "REDACTED",
+    "VOLATILE",
+    "AgentSpec",
+    "Answer",
+    "ArtifactRef",
+    "CursorError",
+    "DelegationActor",
+    "DelegationError",
+    "DelegationEvent",
+    "DelegationHandle",
+    "DelegationIdentity",
+    "DelegationPolicy",
+    "DelegationRequest",
+    "DelegationResult",
+    "DelegationState",
+    "DelegationTask",
+    "DropReport",
+    "Emit",
+    "Engine",
+    "EngineLimits",
+    "ErrorCode",
+    "InputArtifact",
+    "InputRequiredMode",
+    "JournalEntry",
+    "JournalStatistics",
+    "JournalStore",
+    "Kind",
+    "LaneBuffer",
+    "LaneStatistics",
+    "MemoryJournalStore",
+    "Redactor",
+    "Registry",
+    "RegistryError",
+    "RemoteCancel",
+    "ResultMessage",
+    "Run",
+    "RunActor",
+    "RunJournal",
+    "Status",
+    "Subscription",
+    "Target",
+    "TargetCapabilities",
+    "TargetSession",
+    "TargetUpdate",
+    "WireError",
+    "event_from_json",
+    "event_from_jsonable",
+    "event_weight",
+    "is_terminal",
+    "lane_of",
+    "open_run",
+    "result_from_json",
+    "result_from_jsonable",
+    "to_json",
+    "to_jsonable",
+]
