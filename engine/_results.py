@@ -1,0 +1,171 @@
+"""Delegation outcomes: the structured result and the typed error a parent model receives.
+
+This module owns the vocabulary of how a delegation ends: its status, the error codes of the
+workstream contract (000 §16) and whether each is worth retrying. It holds values only; the JSON
+shape is owned by `engine._wire`, and nothing here performs I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import attrs
+
+__all__ = [
+    "ArtifactRef",
+    "DelegationError",
+    "DelegationResult",
+    "ErrorCode",
+    "InputArtifact",
+    "ResultMessage",
+    "Status",
+    "RemoteCancel",
+]
+
+
+class ErrorCode:
+    """Stable error codes of a delegation, shared by results, events and tool errors."""
+
+    AGENT_NOT_FOUND: Final = "agent_not_found"
+    AGENT_UNAVAILABLE: Final = "agent_unavailable"
+    CAPABILITY_UNSUPPORTED: Final = "capability_unsupported"
+    REMOTE_REJECTED: Final = "remote_rejected"
+    REMOTE_FAILED: Final = "remote_failed"
+    REMOTE_TIMEOUT: Final = "remote_timeout"
+    STREAM_INTERRUPTED: Final = "stream_interrupted"
+    ARTIFACT_TOO_LARGE: Final = "artifact_too_large"
+    INPUT_REQUIRED: Final = "input_required"
+    INPUT_REQUIRED_UNSUPPORTED: Final = "input_required_unsupported"
+    AUTH_REQUIRED: Final = "auth_required"
+    INVALID_INPUT: Final = "invalid_input"
+    CONCURRENCY_LIMIT: Final = "concurrency_limit"
+    CANCELLED: Final = "cancelled"
+    RUN_CLOSED: Final = "run_closed"
+    MALFORMED_REMOTE_PAYLOAD: Final = "malformed_remote_payload"
+    INTERNAL_ERROR: Final = "internal_error"
+
+
+#: Whether a parent may reasonably retry the same call after this error.
+RETRYABLE_BY_DEFAULT: Final[dict[str, bool]] = {
+    ErrorCode.AGENT_NOT_FOUND: False,
+    ErrorCode.AGENT_UNAVAILABLE: True,
+    ErrorCode.CAPABILITY_UNSUPPORTED: False,
+    ErrorCode.REMOTE_REJECTED: False,
+    ErrorCode.REMOTE_FAILED: False,
+    ErrorCode.REMOTE_TIMEOUT: True,
+    ErrorCode.STREAM_INTERRUPTED: True,
+    ErrorCode.ARTIFACT_TOO_LARGE: False,
+    ErrorCode.INPUT_REQUIRED: False,
+    ErrorCode.INPUT_REQUIRED_UNSUPPORTED: False,
+    ErrorCode.AUTH_REQUIRED: False,
+    ErrorCode.INVALID_INPUT: False,
+    ErrorCode.CONCURRENCY_LIMIT: True,
+    ErrorCode.CANCELLED: False,
+    ErrorCode.RUN_CLOSED: False,
+    ErrorCode.MALFORMED_REMOTE_PAYLOAD: False,
+    ErrorCode.INTERNAL_ERROR: True,
+}
+
+
+class Status:
+    """Status of a delegation as recorded in its result."""
+
+    RUNNING: Final = "running"
+    COMPLETED: Final = "completed"
+    FAILED: Final = "failed"
+    CANCELLED: Final = "cancelled"
+    INPUT_REQUIRED: Final = "input_required"
+
+    TERMINAL: Final = frozenset({COMPLETED, FAILED, CANCELLED, INPUT_REQUIRED})
+
+
+class RemoteCancel:
+    """What happened to the remote task when the engine tried to cancel it."""
+
+    NOT_NEEDED: Final = "not_needed"
+    CONFIRMED: Final = "confirmed"
+    PENDING: Final = "pending"
+    UNSUPPORTED: Final = "unsupported"
+
+
+@attrs.define(kw_only=True, auto_exc=False, eq=True)
+class DelegationError(Exception):
+    """A typed, structured delegation error; safe to show a parent model.
+
+    `message` must never contain a credential: builders take it from host-written text or from
+    already redacted remote text. Not frozen on purpose: Python (contextlib among others) sets
+    `__traceback__` on exceptions it re-raises; treat instances as values all the same.
+    """
+
+    code: str
+    message: str
+    retryable: bool | None = None
+    remote_status: str | None = None
+    metadata: dict[str, Any] | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.retryable is None:
+            self.retryable = RETRYABLE_BY_DEFAULT.get(self.code, False)
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+
+@attrs.frozen(kw_only=True)
+class InputArtifact:
+    """A reference the parent model hands to a delegation (never the content itself)."""
+
+    name: str | None = None
+    uri: str | None = None
+    mime_type: str | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ArtifactRef:
+    """An artifact a delegation produced, referenced by URI rather than inlined into text."""
+
+    id: str | None = None
+    name: str | None = None
+    description: str | None = None
+    mime_type: str | None = None
+    uri: str | None = None
+    size_bytes: int | None = None
+    metadata: dict[str, Any] | None = None
+
+
+@attrs.frozen(kw_only=True)
+class ResultMessage:
+    """One message kept in a result (the model-facing text layer)."""
+
+    role: str
+    text: str
+
+
+@attrs.frozen(kw_only=True)
+class DelegationResult:
+    """The terminal (or, while running, provisional) structured outcome of one delegation.
+
+    The parent model receives exactly this shape (000 §11); `status` is `running` only in
+    `Run.delegations()` snapshots of delegations that have not ended yet.
+    """
+
+    delegation_id: str
+    agent: str
+    remote_protocol: str
+    status: str
+    run_id: str | None = None
+    parent_tool_call_id: str | None = None
+    remote_task_id: str | None = None
+    remote_context_id: str | None = None
+    summary: str | None = None
+    artifacts: tuple[ArtifactRef, ...] = ()
+    messages: tuple[ResultMessage, ...] = ()
+    error: DelegationError | None = None
+    remote_cancel: str | None = None
+    card_fingerprint: str | None = None
+    raw_task: dict[str, Any] | None = None
+    metadata: dict[str, Any] | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.COMPLETED and self.error is None
