@@ -1,0 +1,809 @@
+"""The actor tree: `Engine` -> `RunActor` -> `DelegationActor`, supervised on Trio nurseries.
+
+This module owns concurrency and lifetimes; the rules live elsewhere (`DelegationState` for a
+delegation's lifecycle, `RunJournal` for the run's ordering, `LaneBuffer` for QoS).
+
+- `Engine` owns the registry, the limits, a nursery in which every run actor lives, and the
+  recorded results of recent runs.
+- `RunActor` (one per run) owns the run's journal, its mailbox (a `LaneBuffer` every producer
+  sends into) and the single writer task that moves the mailbox into the journal, and a nursery
+  of delegation actors. `Run` is the handle its opener uses.
+- `DelegationActor` (one per delegation) drives one `TargetSession` through start, recovery,
+  polling and input requests, feeding what it sees to its `DelegationState`. Its mailbox takes
+  answers to input requests. It is supervised: whatever it raises becomes a `subagent.failed`
+  event and a failed result; its run goes on.
+
+Cancellation flows down the tree: cancelling a run cancels its delegations; a cancelled
+delegation asks its remote to cancel in a shielded scope bounded by `policy.cancel_timeout` and
+reports `cancel_pending` when the remote did not confirm in time. Every terminal event is
+recorded as a result *before* it is journaled and journaled before `Run.delegate()` returns, so
+a viewer that saw a terminal can read the result, and the parent's tool result never overtakes
+its subagent's terminal. When a run's context exits, nothing it started is still running.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
+from types import TracebackType
+from typing import Any, Final
+
+import trio
+
+from engine._delegation import DelegationIdentity, DelegationState
+from engine._events import DelegationEvent, Kind
+from engine._journal import JournalStore, MemoryJournalStore, RunJournal, Subscription
+from engine._lanes import JournalEntry, LaneBuffer
+from engine._redact import Redactor
+from engine._registry import (
+    AgentSpec,
+    DelegationPolicy,
+    DelegationRequest,
+    EngineLimits,
+    InputRequiredMode,
+    Registry,
+)
+from engine._results import (
+    DelegationError,
+    DelegationResult,
+    ErrorCode,
+    RemoteCancel,
+    Status,
+)
+from engine._targets import Answer, DelegationTask, TargetSession, TargetUpdate
+
+__all__ = ["DelegationActor", "DelegationHandle", "Engine", "Run", "RunActor", "open_run"]
+
+_DEFAULT_POLICY: Final = DelegationPolicy()
+
+#: Upper bound on how long closing a run may take to journal its terminal events.
+RUN_CLOSE_TIMEOUT: Final = 10.0
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:16]}"
+
+
+class Engine:
+    """The process-level root of the actor tree. Use as an async context manager.
+
+    Closing the engine cancels every run still open (and so every delegation, down to the
+    remote tasks). Recorded results and journals of the last `limits.retained_closed_runs`
+    closed runs stay readable through `Engine.journal()` and `Engine.results()`.
+    """
+
+    def __init__(
+        self,
+        registry: Registry | Iterable[AgentSpec] = (),
+        *,
+        limits: EngineLimits | None = None,
+        clock: Callable[[], float] = time.time,
+        new_id: Callable[[str], str] = _new_id,
+        store_factory: Callable[[str, EngineLimits], JournalStore] | None = None,
+    ) -> None:
+        self.registry = registry if isinstance(registry, Registry) else Registry(registry)
+        self.limits = limits or EngineLimits()
+        self.clock = clock
+        self.new_id = new_id
+        self._store_factory = store_factory
+        self._redactor = Redactor(self.registry.secrets())
+        self._nursery: trio.Nursery | None = None
+        self._nursery_cm: Any = None
+        self._runs: dict[str, RunActor] = {}
+        self._closed_runs: OrderedDict[str, RunActor] = OrderedDict()
+        self.active_delegations = 0
+
+    async def __aenter__(self) -> Engine:
+        self._nursery_cm = trio.open_nursery()
+        self._nursery = await self._nursery_cm.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        assert self._nursery is not None
+        for actor in list(self._runs.values()):
+            actor.request_close(Kind.RUN_CANCELLED, "The engine was closed.")
+        try:
+            await self._nursery_cm.__aexit__(exc_type, exc, tb)
+        except BaseExceptionGroup as group:
+            # The body's own exception, wrapped by the nursery: give it back unwrapped.
+            if exc is not None and len(group.exceptions) == 1 and group.exceptions[0] is exc:
+                return False
+            raise
+        finally:
+            self._nursery = None
+        return False
+
+    def _make_store(self, run_id: str) -> JournalStore:
+        if self._store_factory is not None:
+            return self._store_factory(run_id, self.limits)
+        return MemoryJournalStore(
+            run_id,
+            max_events=self.limits.replay_window_events,
+            max_bytes=self.limits.replay_window_bytes,
+        )
+
+    @asynccontextmanager
+    async def open_run(
+        self, *, run_id: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> AsyncIterator[Run]:
+        """Open a run; yields its `Run` handle.
+
+        Leaving the block ends the run: delegations still running are cancelled (their remote
+        tasks too), the run's terminal event is journaled (`run.finished`, or `run.failed` if the
+        block raised, or `run.cancelled` after `Run.cancel()` or outside cancellation), and
+        every task the run started has exited before this returns.
+        """
+        if self._nursery is None:
+            raise RuntimeError("open the Engine (async with Engine(...)) before opening runs")
+        run_id = run_id or self.new_id("run")
+        if run_id in self._runs or run_id in self._closed_runs:
+            raise ValueError(f"run id {run_id!r} is already in use")
+        actor = RunActor(self, run_id, metadata or {})
+        self._runs[run_id] = actor
+        await self._nursery.start(actor.run)
+        outcome = Kind.RUN_FINISHED
+        reason = ""
+        try:
+            with trio.CancelScope() as actor.body_scope:
+                yield actor.handle
+            if actor.body_scope.cancelled_caught:
+                outcome, reason = Kind.RUN_CANCELLED, actor.cancel_reason
+        except trio.Cancelled:
+            outcome, reason = Kind.RUN_CANCELLED, "The run's caller was cancelled."
+            raise
+        except BaseException as exc:
+            outcome, reason = Kind.RUN_FAILED, f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            actor.request_close(outcome, reason)
+            with trio.CancelScope(shield=True):
+                await actor.closed.wait()
+
+    def _retire(self, actor: RunActor) -> None:
+        self._runs.pop(actor.run_id, None)
+        if self.limits.retained_closed_runs:
+            self._closed_runs[actor.run_id] = actor
+            while len(self._closed_runs) > self.limits.retained_closed_runs:
+                self._closed_runs.popitem(last=False)
+
+    def journal(self, run_id: str) -> RunJournal | None:
+        """The journal of an open or recently closed run (for viewers that reconnect)."""
+        actor = self._runs.get(run_id) or self._closed_runs.get(run_id)
+        return actor.journal if actor is not None else None
+
+    def results(self, run_id: str) -> list[DelegationResult]:
+        """Every delegation of an open or recently closed run, in start order."""
+        actor = self._runs.get(run_id) or self._closed_runs.get(run_id)
+        return actor.delegations() if actor is not None else []
+
+    @property
+    def open_runs(self) -> int:
+        return len(self._runs)
+
+
+@asynccontextmanager
+async def open_run(
+    agents: Registry | Iterable[AgentSpec] = (),
+    *,
+    limits: EngineLimits | None = None,
+    run_id: str | None = None,
+    clock: Callable[[], float] = time.time,
+) -> AsyncIterator[Run]:
+    """Open a private `Engine` for one run and yield the run's handle (the embedding shortcut).
+
+    ```
+    async with engine.open_run(agents) as run:
+        result = await run.delegate(DelegationRequest(agent="research", objective="..."))
+    ```
+    """
+    async with (
+        Engine(agents, limits=limits, clock=clock) as eng,
+        eng.open_run(run_id=run_id) as run,
+    ):
+        yield run
+
+
+class RunActor:
+    """One run: its journal, its mailbox and writer, and its delegation actors."""
+
+    def __init__(self, engine: Engine, run_id: str, metadata: Mapping[str, Any]) -> None:
+        self.engine = engine
+        self.run_id = run_id
+        self.metadata = dict(metadata)
+        limits = engine.limits
+        self.journal = RunJournal(
+            run_id,
+            store=engine._make_store(run_id),
+            subscriber_buffer_bytes=limits.subscriber_buffer_bytes,
+        )
+        self.mailbox = LaneBuffer(limits.run_mailbox_bytes)
+        self.handle = Run(self)
+        self.body_scope: trio.CancelScope | None = None
+        self.cancel_reason = ""
+        self.closed = trio.Event()
+        self._close_requested = trio.Event()
+        self._outcome = Kind.RUN_FINISHED
+        self._outcome_reason = ""
+        self._ended = False  # a run terminal was published (by finish()/fail() or closing)
+        self._work: trio.Nursery | None = None
+        self._active: dict[str, DelegationActor] = {}
+        self._results: OrderedDict[str, DelegationResult] = OrderedDict()
+        self._sequence = itertools.count(1)
+
+    # -- lifecycle -----------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        try:
+            async with trio.open_nursery() as infra:
+                infra.start_soon(self._write_journal)
+                try:
+                    await self.publish(self._event(Kind.RUN_STARTED, raw=self.metadata or None))
+                    async with trio.open_nursery() as work:
+                        self._work = work
+                        task_status.started()
+                        await self._close_requested.wait()
+                        self._work = None
+                        for actor in list(self._active.values()):
+                            actor.cancel(self._outcome_reason or "The run was closed.")
+                finally:
+                    self._work = None
+                    with trio.CancelScope(shield=True) as scope:
+                        scope.deadline = trio.current_time() + RUN_CLOSE_TIMEOUT
+                        await self._end(self._outcome, self._outcome_reason)
+                    self.mailbox.close()
+        finally:
+            self.closed.set()
+            self.engine._retire(self)
+
+    def request_close(self, outcome: str, reason: str = "") -> None:
+        """Ask the run to end with `outcome` (a run terminal kind). Idempotent; first wins."""
+        if not self._close_requested.is_set():
+            self._outcome, self._outcome_reason = outcome, reason
+            self._close_requested.set()
+
+    async def _end(self, kind: str, reason: str) -> None:
+        if self._ended:
+            await self.mailbox.flush()
+            return
+        self._ended = True
+        error = None
+        if kind == Kind.RUN_FAILED:
+            error = DelegationError(code=ErrorCode.INTERNAL_ERROR, message=reason or "run failed")
+        await self.publish(self._event(kind, text=reason or None, error=error), flush=True)
+
+    async def _write_journal(self) -> None:
+        # Shielded: the writer must outlive cancellation so every actor's shielded cleanup can
+        # still journal its terminal. It ends when the mailbox is closed and drained.
+        with trio.CancelScope(shield=True):
+            while True:
+                try:
+                    batch = await self.mailbox.receive_batch()
+                except trio.EndOfChannel:
+                    return
+                await self.journal.append_entries(batch)
+                self.mailbox.acknowledge(batch)
+
+    # -- publishing ----------------------------------------------------------------------
+
+    def _event(self, kind: str, **fields: Any) -> DelegationEvent:
+        return DelegationEvent(
+            kind=kind,
+            run_id=self.run_id,
+            sequence=next(self._sequence),
+            time=self.engine.clock(),
+            **fields,
+        )
+
+    async def publish(self, event: DelegationEvent, *, flush: bool = False) -> None:
+        """Send one event to the run's mailbox (waits while it is full); with `flush`, also
+        wait until it is journaled."""
+        await self.mailbox.send(JournalEntry(event))
+        if flush:
+            await self.mailbox.flush()
+
+    # -- delegations ---------------------------------------------------------------------
+
+    def start_delegation(self, request: DelegationRequest) -> DelegationHandle:
+        delegation_id = self.engine.new_id("del")
+        engine = self.engine
+        try:
+            if self._work is None or self._ended:
+                raise DelegationError(
+                    code=ErrorCode.RUN_CLOSED, message="The run has ended; no new delegations."
+                )
+            spec = engine.registry.lookup(request.agent)
+            if len(self._active) >= engine.limits.max_concurrent_per_run:
+                raise DelegationError(
+                    code=ErrorCode.CONCURRENCY_LIMIT,
+                    message=(
+                        f"This run already has {len(self._active)} delegations running "
+                        f"(limit {engine.limits.max_concurrent_per_run}); wait for one to finish."
+                    ),
+                )
+            if engine.active_delegations >= engine.limits.max_concurrent_global:
+                raise DelegationError(
+                    code=ErrorCode.CONCURRENCY_LIMIT,
+                    message="The host is at its delegation limit; retry shortly.",
+                )
+        except DelegationError as error:
+            return self._refuse(delegation_id, request, error)
+        actor = DelegationActor(self, spec, request, delegation_id)
+        self._active[delegation_id] = actor
+        engine.active_delegations += 1
+        self._work.start_soon(actor.run, name=f"delegation {delegation_id} ({spec.key})")
+        return DelegationHandle(actor.delegation_id, actor.done, self, actor)
+
+    def _refuse(
+        self, delegation_id: str, request: DelegationRequest, error: DelegationError
+    ) -> DelegationHandle:
+        """Record a delegation refused before any remote call, and show it failed."""
+        spec = (
+            self.engine.registry.lookup(request.agent)
+            if request.agent in self.engine.registry
+            else None
+        )
+        identity = DelegationIdentity(
+            run_id=self.run_id,
+            delegation_id=delegation_id,
+            agent_key=request.agent[:64],
+            agent_name=spec.name if spec else request.agent[:64],
+            protocol=spec.protocol if spec else "none",
+            parent_tool_call_id=request.parent_tool_call_id,
+        )
+        state = DelegationState(
+            identity, spec.policy if spec else _DEFAULT_POLICY, clock=self.engine.clock
+        )
+        events = state.fail(error)
+        assert state.result is not None
+        self._results[delegation_id] = state.result
+        done = trio.Event()
+        if not self._ended:
+            for event in events:
+                try:
+                    self.mailbox.offer(JournalEntry(event), force=True)
+                except trio.ClosedResourceError:
+                    break
+        done.set()
+        return DelegationHandle(delegation_id, done, self, None)
+
+    def record(self, result: DelegationResult) -> None:
+        self._results[result.delegation_id] = result
+
+    def delegations(self) -> list[DelegationResult]:
+        out = []
+        for delegation_id, result in self._results.items():
+            actor = self._active.get(delegation_id)
+            out.append(
+                actor.state.snapshot()
+                if actor is not None and result.status == Status.RUNNING
+                else result
+            )
+        return out
+
+    def _delegation_ended(self, actor: DelegationActor) -> None:
+        if self._active.pop(actor.delegation_id, None) is not None:
+            self.engine.active_delegations -= 1
+
+
+class DelegationActor:
+    """One delegation on one target, from start to exactly one terminal event."""
+
+    def __init__(
+        self, run: RunActor, spec: AgentSpec, request: DelegationRequest, delegation_id: str
+    ) -> None:
+        self.run_actor = run
+        self.spec = spec
+        self.request = request
+        self.delegation_id = delegation_id
+        self.policy = spec.policy
+        self.timeout = self.policy.effective_timeout(request.timeout_seconds)
+        self.identity = DelegationIdentity(
+            run_id=run.run_id,
+            delegation_id=delegation_id,
+            agent_key=spec.key,
+            agent_name=spec.name,
+            protocol=spec.protocol,
+            parent_tool_call_id=request.parent_tool_call_id,
+        )
+        self.state = DelegationState(
+            self.identity,
+            self.policy,
+            clock=run.engine.clock,
+            max_artifacts=request.max_artifacts,
+            redactor=Redactor(spec.secrets) if spec.secrets else run.engine._redactor,
+        )
+        self.done = trio.Event()
+        self.scope = trio.CancelScope()
+        self.cancel_reason = ""
+        send, receive = trio.open_memory_channel[Answer](1)
+        self._answers_in, self._answers = send, receive
+        self.nursery: trio.Nursery | None = None
+        self._session: TargetSession | None = None
+        self._session_scope: trio.CancelScope | None = None
+        self._sent_task = False
+        self._failure: DelegationError | None = None
+        run.record(self.state.snapshot())
+
+    # -- the mailbox ---------------------------------------------------------------------
+
+    def cancel(self, reason: str = "") -> None:
+        """Cancel this delegation (and its remote task). Idempotent."""
+        if not self.cancel_reason:
+            self.cancel_reason = reason or "The delegation was cancelled."
+        self.scope.cancel()
+
+    def answer(self, answer: Answer) -> None:
+        if self.state.awaiting_input is None or self.state.terminal:
+            raise DelegationError(
+                code=ErrorCode.INVALID_INPUT,
+                message=f"Delegation {self.delegation_id} is not waiting for input.",
+            )
+        try:
+            self._answers_in.send_nowait(answer)
+        except trio.WouldBlock:
+            raise DelegationError(
+                code=ErrorCode.INVALID_INPUT,
+                message=f"Delegation {self.delegation_id} already has an answer pending.",
+            ) from None
+
+    # -- the actor's life ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        timed_out = False
+        try:
+            with self.scope:
+                try:
+                    # The delegation's own nursery: whatever its session runs in the background
+                    # (watchers, pollers, an in-process agent) lives and dies here.
+                    async with trio.open_nursery() as nursery:
+                        self.nursery = nursery
+                        with trio.move_on_after(self.timeout) as deadline:
+                            await self._execute()
+                        timed_out = deadline.cancelled_caught
+                        nursery.cancel_scope.cancel()
+                except BaseException as exc:
+                    failure = _failure_of(exc)
+                    if failure is None:
+                        raise
+                    self._failure = failure
+        finally:
+            with trio.CancelScope(shield=True):
+                await self._conclude(timed_out)
+
+    async def _execute(self) -> None:
+        target = self.spec.target
+        caps = target.capabilities
+        stream = caps.streaming and self.request.stream is not False
+        if self.policy.require_streaming and not caps.streaming:
+            raise DelegationError(
+                code=ErrorCode.CAPABILITY_UNSUPPORTED,
+                message=f"Agent {self.spec.key!r} cannot stream and its policy requires streaming.",
+            )
+        task = DelegationTask(
+            run_id=self.identity.run_id,
+            delegation_id=self.delegation_id,
+            agent_key=self.spec.key,
+            request=self.request,
+            policy=self.policy,
+            timeout=self.timeout,
+            stream=stream,
+        )
+        assert self.nursery is not None
+        self._session = target.open_session(task, self.nursery)
+        self._sent_task = True
+        await self._call(self._session.start)
+        polls = 0
+        recoveries = 0
+        state = self.state
+        while not state.terminal:
+            if state.awaiting_input is not None:
+                await self._handle_input()
+                continue
+            if stream and caps.resubscribe and recoveries < self.policy.stream_recovery_attempts:
+                recoveries += 1
+                await self._publish(state.note_status("stream_interrupted"))
+                try:
+                    await self._call(self._session.resubscribe)
+                    continue
+                except DelegationError:
+                    pass  # fall through to a poll before giving up
+            if caps.poll and polls < self.policy.max_polls:
+                if not stream:
+                    await trio.sleep(self.policy.poll_interval)
+                polls += 1
+                await self._call(self._session.poll)
+                if stream and not state.terminal and state.awaiting_input is None:
+                    raise DelegationError(
+                        code=ErrorCode.STREAM_INTERRUPTED,
+                        message="The remote stream ended before the task finished and could not "
+                        "be recovered.",
+                        remote_status=state.status,
+                    )
+                continue
+            if caps.poll:
+                raise DelegationError(
+                    code=ErrorCode.REMOTE_TIMEOUT,
+                    message=f"The remote task did not finish within {polls} polls.",
+                    remote_status=state.status,
+                )
+            raise DelegationError(
+                code=ErrorCode.STREAM_INTERRUPTED,
+                message="The remote stream ended before the task finished.",
+                remote_status=state.status,
+            )
+
+    async def _call(self, method: Callable[..., Any], *args: Any) -> None:
+        # Each session call runs in its own scope, cancelled as soon as the state machine has
+        # what it waits for (a terminal or an input request): a stream is left by cancellation,
+        # never by abandoning an iterator (FACTS.md, a2a-sdk).
+        with trio.CancelScope() as scope:
+            self._session_scope = scope
+            await method(*args, self._on_update)
+        self._session_scope = None
+
+    async def _on_update(self, update: TargetUpdate) -> None:
+        if not isinstance(update, TargetUpdate):
+            raise DelegationError(
+                code=ErrorCode.MALFORMED_REMOTE_PAYLOAD,
+                message=f"The target emitted {type(update).__name__}, not a TargetUpdate.",
+            )
+        await self._publish(self.state.feed(update))
+        if (self.state.terminal or self.state.awaiting_input is not None) and self._session_scope:
+            self._session_scope.cancel()
+
+    async def _handle_input(self) -> None:
+        mode = self.policy.input_required
+        assert self._session is not None
+        if mode == InputRequiredMode.RETURN:
+            await self._publish(self.state.stop_for_input())
+            return
+        if mode == InputRequiredMode.FAIL or not self.spec.target.capabilities.input:
+            raise DelegationError(
+                code=ErrorCode.INPUT_REQUIRED_UNSUPPORTED,
+                message="The remote agent asked for more input, which this agent's policy does "
+                "not allow: " + (self.state.awaiting_input or "no details given"),
+                remote_status=self.state.status,
+            )
+        answer: Answer | None = None
+        with trio.move_on_after(self.policy.input_wait_timeout):
+            answer = await self._answers.receive()
+        if answer is None:
+            raise DelegationError(
+                code=ErrorCode.INPUT_REQUIRED,
+                message=f"No answer to the remote's input request within "
+                f"{self.policy.input_wait_timeout:g} s.",
+                remote_status=self.state.status,
+            )
+        self.state.resume()
+        await self._publish(self.state.note_status("working"))
+        await self._call(self._session.answer, answer)
+
+    async def _publish(self, events: list[DelegationEvent]) -> None:
+        run = self.run_actor
+        for event in events:
+            if event.is_terminal and self.state.result is not None:
+                run.record(self.state.result)  # recorded before anyone can see the terminal
+            await run.publish(event)
+
+    async def _conclude(self, timed_out: bool) -> None:
+        """Shielded: make sure the delegation has exactly one terminal, journaled and recorded."""
+        run = self.run_actor
+        state = self.state
+        try:
+            if not state.terminal:
+                remote_cancel = await self._cancel_remote()
+                if self._failure is not None:
+                    events = state.fail(self._failure, remote_cancel=remote_cancel)
+                elif timed_out:
+                    events = state.fail(
+                        DelegationError(
+                            code=ErrorCode.REMOTE_TIMEOUT,
+                            message=f"The remote task did not finish within {self.timeout:g} s.",
+                            remote_status=state.status,
+                        ),
+                        remote_cancel=remote_cancel,
+                    )
+                else:
+                    events = state.cancelled(
+                        remote_cancel=remote_cancel,
+                        reason=self.cancel_reason or "The delegation was cancelled.",
+                    )
+                if remote_cancel == RemoteCancel.PENDING and state.result is not None:
+                    # cancelled() announces cancel_pending itself; failures say it in the status.
+                    pass
+                with trio.move_on_after(RUN_CLOSE_TIMEOUT):
+                    await self._publish(events)
+            with trio.move_on_after(RUN_CLOSE_TIMEOUT):
+                await run.mailbox.flush()
+            if self._session is not None:
+                with trio.move_on_after(self.policy.cancel_timeout):
+                    try:
+                        await self._session.aclose()
+                    except Exception:
+                        pass  # a session that cannot close cleanly must not crash its run
+        finally:
+            if state.result is not None:
+                run.record(state.result)
+            run._delegation_ended(self)
+            self._answers_in.close()
+            self.done.set()
+
+    async def _cancel_remote(self) -> str:
+        if self._session is None or not self._sent_task:
+            return RemoteCancel.NOT_NEEDED
+        if not self.spec.target.capabilities.cancel:
+            return RemoteCancel.UNSUPPORTED
+        confirmed = False
+        with trio.move_on_after(self.policy.cancel_timeout):
+            try:
+                confirmed = await self._session.cancel()
+            except Exception:
+                confirmed = False
+        if confirmed:
+            return RemoteCancel.CONFIRMED
+        await self._publish(self.state.note_status("cancel_pending"))
+        return RemoteCancel.PENDING
+
+
+def _failure_of(exc: BaseException) -> DelegationError | None:
+    """What a delegation's crash means for its result; None if it was only cancellation.
+
+    Cancellation is level-triggered in Trio, so dropping a `Cancelled` that came bundled with a
+    real failure is safe: the next checkpoint in a cancelled scope raises it again.
+    """
+    if isinstance(exc, trio.Cancelled):
+        return None
+    if isinstance(exc, BaseExceptionGroup):
+        rest = exc.split(trio.Cancelled)[1]
+        if rest is None:
+            return None
+        while isinstance(rest, BaseExceptionGroup) and len(rest.exceptions) == 1:
+            rest = rest.exceptions[0]
+        exc = rest
+    if isinstance(exc, DelegationError):
+        return exc
+    if not isinstance(exc, Exception):
+        return None  # KeyboardInterrupt and friends are not a delegation's to swallow
+    return DelegationError(
+        code=ErrorCode.INTERNAL_ERROR,
+        message=f"The delegation's target raised {type(exc).__name__}.",
+        metadata={"exception": type(exc).__name__},
+    )
+
+
+class DelegationHandle:
+    """A running (or refused) delegation: its id, a way to wait for its result, and cancel."""
+
+    def __init__(
+        self, delegation_id: str, done: trio.Event, run: RunActor, actor: DelegationActor | None
+    ) -> None:
+        self.delegation_id = delegation_id
+        self._done = done
+        self._run = run
+        self._actor = actor
+
+    @property
+    def finished(self) -> bool:
+        return self._done.is_set()
+
+    async def wait(self) -> DelegationResult:
+        """The final result. If the waiting task is cancelled, the delegation is cancelled too
+        (the parent gave up on it) and the cancellation propagates."""
+        try:
+            await self._done.wait()
+            # Refused delegations end without an actor: make sure their events are journaled
+            # too, so the terminal always precedes whatever the caller publishes next.
+            await self._run.mailbox.flush()
+        except trio.Cancelled:
+            self.cancel("The caller waiting for this delegation was cancelled.")
+            raise
+        return self._run._results[self.delegation_id]
+
+    def cancel(self, reason: str = "") -> None:
+        if self._actor is not None:
+            self._actor.cancel(reason)
+
+    def result(self) -> DelegationResult:
+        """The result so far (status `running` until the delegation ends)."""
+        return self._run._results[self.delegation_id]
+
+
+class Run:
+    """The handle of an open run, given by `Engine.open_run()` / `engine.open_run()`."""
+
+    def __init__(self, actor: RunActor) -> None:
+        self._actor = actor
+
+    @property
+    def run_id(self) -> str:
+        return self._actor.run_id
+
+    @property
+    def journal(self) -> RunJournal:
+        return self._actor.journal
+
+    @property
+    def registry(self) -> Registry:
+        return self._actor.engine.registry
+
+    def start_delegation(self, request: DelegationRequest) -> DelegationHandle:
+        """Start a delegation in the run's nursery and return at once.
+
+        Requests the registry or limits refuse never reach a target: they end immediately as a
+        failed result (`agent_not_found`, `concurrency_limit`, `run_closed`).
+        """
+        return self._actor.start_delegation(request)
+
+    async def delegate(self, request: DelegationRequest) -> DelegationResult:
+        """Run one delegation to its end and return its structured result (never raises for
+        a delegation's failure: the result says it). Cancelling the caller cancels the
+        delegation and its remote task."""
+        return await self.start_delegation(request).wait()
+
+    def events(self, after: int | None = None) -> Subscription:
+        """The run's journal from just after cursor `after` (None: from the start), then live,
+        ending after the run's terminal event."""
+        return self._actor.journal.subscribe(after)
+
+    def cancel(self, reason: str = "") -> None:
+        """Cancel the run: its body, every delegation and their remote tasks."""
+        actor = self._actor
+        actor.cancel_reason = reason or "The run was cancelled."
+        actor.request_close(Kind.RUN_CANCELLED, actor.cancel_reason)
+        if actor.body_scope is not None:
+            actor.body_scope.cancel()
+
+    def answer(
+        self, delegation_id: str, text: str | None = None, data: Mapping[str, Any] | None = None
+    ) -> None:
+        """Answer a delegation waiting for input (`subagent.input_required`)."""
+        actor = self._actor._active.get(delegation_id)
+        if actor is None:
+            raise DelegationError(
+                code=ErrorCode.INVALID_INPUT,
+                message=f"No running delegation {delegation_id[:64]!r} in this run.",
+            )
+        actor.answer(Answer(text=text, data=data))
+
+    def delegations(self) -> list[DelegationResult]:
+        """Every delegation of the run in start order; running ones with status `running`.
+        Recorded results survive the run's end (see `Engine.results`)."""
+        return self._actor.delegations()
+
+    def result(self, delegation_id: str) -> DelegationResult | None:
+        return self._actor._results.get(delegation_id)
+
+    async def emit(self, kind: str, **fields: Any) -> None:
+        """Publish one of the parent's own payloads (text, reasoning, tool calls, custom)."""
+        if kind in Kind.RUN_TERMINALS or kind == Kind.RUN_STARTED or kind.startswith("subagent."):
+            raise ValueError(f"{kind!r} is not a parent payload kind; use finish()/fail()")
+        await self._actor.publish(self._actor._event(kind, **fields))
+
+    async def flush(self) -> None:
+        """Wait until everything published so far is in the journal."""
+        await self._actor.mailbox.flush()
+
+    async def finish(self, text: str | None = None) -> None:
+        """End the run successfully now (delegations still running are cancelled first)."""
+        await self._close_now(Kind.RUN_FINISHED, text or "")
+
+    async def fail(self, message: str) -> None:
+        await self._close_now(Kind.RUN_FAILED, message)
+
+    async def _close_now(self, kind: str, reason: str) -> None:
+        actor = self._actor
+        for delegation in list(actor._active.values()):
+            delegation.cancel("The run ended.")
+        while actor._active:
+            await next(iter(actor._active.values())).done.wait()
+        actor._outcome, actor._outcome_reason = kind, reason
+        await actor._end(kind, reason)

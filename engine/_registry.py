@@ -1,0 +1,228 @@
+"""Host-curated agents and the policy that bounds every delegation to them (000 §12, 003).
+
+This module owns what a host declares: which agent keys exist (`AgentSpec`, `Registry`), what
+each may do (`DelegationPolicy`), the engine-wide limits (`EngineLimits`) and the request a
+delegation starts from (`DelegationRequest`). The model only ever names a key; endpoints,
+credentials and policy come from here. Targets are opaque objects implementing
+`engine._targets.Target`: this module never asks what protocol one speaks.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from engine._results import DelegationError, ErrorCode, InputArtifact
+
+if TYPE_CHECKING:
+    from engine._targets import Target
+
+__all__ = [
+    "AgentSpec",
+    "DelegationPolicy",
+    "DelegationRequest",
+    "EngineLimits",
+    "InputRequiredMode",
+    "Registry",
+    "RegistryError",
+]
+
+AGENT_KEY_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+
+
+class RegistryError(ValueError):
+    """A host configuration mistake in the registry (bad or duplicate key, bad policy)."""
+
+
+class InputRequiredMode:
+    """What a delegation does when its remote asks for more input (000 §16)."""
+
+    #: End the delegation with `input_required_unsupported` (the safe default).
+    FAIL: Final = "fail"
+    #: Emit `subagent.input_required` and wait, bounded, for `Run.answer(...)`.
+    SURFACE: Final = "surface"
+    #: End the delegation with status `input_required` so the parent model can decide.
+    RETURN: Final = "return"
+
+    ALL: Final = frozenset({FAIL, SURFACE, RETURN})
+
+
+def _positive(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise RegistryError(f"{attribute.name} must be positive, got {value!r}")
+
+
+def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if value < 0:
+        raise RegistryError(f"{attribute.name} must not be negative, got {value!r}")
+
+
+def _input_mode(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in InputRequiredMode.ALL:
+        raise RegistryError(f"{attribute.name} must be one of {sorted(InputRequiredMode.ALL)}")
+
+
+@attrs.frozen(kw_only=True)
+class DelegationPolicy:
+    """Bounds on one agent's delegations. Times are seconds; zero counts mean "none allowed".
+
+    `default_timeout` applies when the model asks for none; a model's `timeout_seconds` is
+    clamped to `max_timeout`. `cancel_timeout` bounds the shielded remote cancel; after it the
+    delegation reports `cancel_pending`. `input_wait_timeout` bounds the wait for an answer.
+    """
+
+    default_timeout: float = attrs.field(default=120.0, validator=_positive)
+    max_timeout: float = attrs.field(default=600.0, validator=_positive)
+    cancel_timeout: float = attrs.field(default=5.0, validator=_positive)
+    poll_interval: float = attrs.field(default=1.0, validator=_positive)
+    max_polls: int = attrs.field(default=100_000, validator=_non_negative)
+    stream_recovery_attempts: int = attrs.field(default=1, validator=_non_negative)
+    require_streaming: bool = False
+    input_required: str = attrs.field(default=InputRequiredMode.FAIL, validator=_input_mode)
+    input_wait_timeout: float = attrs.field(default=300.0, validator=_positive)
+    max_artifacts: int = attrs.field(default=20, validator=_non_negative)
+    max_artifact_bytes: int = attrs.field(default=10 << 20, validator=_non_negative)
+    max_summary_chars: int = attrs.field(default=4000, validator=_non_negative)
+    allow_remote_artifacts: bool = True
+
+    def effective_timeout(self, requested: float | None) -> float:
+        """The timeout a delegation gets: the request's (or `default_timeout`), clamped to
+        `max_timeout`. A host that lowers only `max_timeout` lowers the default with it."""
+        if requested is None:
+            return min(self.default_timeout, self.max_timeout)
+        return min(max(float(requested), 0.001), self.max_timeout)
+
+
+@attrs.frozen(kw_only=True)
+class EngineLimits:
+    """Engine-wide bounds. Excess delegations get `concurrency_limit`, never a hang."""
+
+    max_concurrent_per_run: int = attrs.field(default=8, validator=_positive)
+    max_concurrent_global: int = attrs.field(default=256, validator=_positive)
+    replay_window_events: int = attrs.field(default=10_000, validator=_positive)
+    replay_window_bytes: int = attrs.field(default=8 << 20, validator=_positive)
+    subscriber_buffer_bytes: int = attrs.field(default=1 << 20, validator=_positive)
+    run_mailbox_bytes: int = attrs.field(default=1 << 20, validator=_positive)
+    #: Closed runs whose journals and results stay readable (for reconnecting viewers).
+    retained_closed_runs: int = attrs.field(default=256, validator=_non_negative)
+
+
+def _agent_key(_: Any, __: Any, value: str) -> None:
+    if not isinstance(value, str) or not AGENT_KEY_PATTERN.match(value):
+        raise RegistryError(
+            f"agent key {value!r} must match {AGENT_KEY_PATTERN.pattern} (lowercase, no URL)"
+        )
+
+
+@attrs.frozen(kw_only=True)
+class AgentSpec:
+    """One host-registered agent a model may delegate to, by `key` only.
+
+    `secrets` lists credential values the engine must never let into an event, a result or a
+    log line (adapters add what they resolve from the environment); they are redacted wherever
+    a remote's text is copied into an error.
+    """
+
+    key: str = attrs.field(validator=_agent_key)
+    target: Target
+    display_name: str = ""
+    description: str = ""
+    protocol: str = "inprocess"
+    skills: tuple[str, ...] = ()
+    policy: DelegationPolicy = attrs.field(factory=DelegationPolicy)
+    secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.display_name or self.key
+
+
+class Registry:
+    """The host's agents by key. Keys are unique; lookups of unknown keys raise a typed error.
+
+    Safe for concurrent reads; register everything before runs start delegating.
+    """
+
+    def __init__(self, agents: Iterable[AgentSpec] = ()) -> None:
+        self._agents: dict[str, AgentSpec] = {}
+        for spec in agents:
+            self.register(spec)
+
+    def register(self, spec: AgentSpec) -> None:
+        if not isinstance(spec, AgentSpec):
+            raise RegistryError(f"expected an AgentSpec, got {type(spec).__name__}")
+        if spec.key in self._agents:
+            raise RegistryError(f"agent key {spec.key!r} is registered twice")
+        self._agents[spec.key] = spec
+
+    def lookup(self, key: str) -> AgentSpec:
+        """The agent under `key`, or `DelegationError(agent_not_found)` naming the known keys."""
+        spec = self._agents.get(key)
+        if spec is None:
+            known = ", ".join(sorted(self._agents)) or "none"
+            raise DelegationError(
+                code=ErrorCode.AGENT_NOT_FOUND,
+                message=f"No agent is registered under {key[:64]!r}; registered keys: {known}.",
+            )
+        return spec
+
+    def keys(self) -> list[str]:
+        return sorted(self._agents)
+
+    def secrets(self) -> frozenset[str]:
+        """Every configured credential value, for redaction."""
+        return frozenset(s for spec in self._agents.values() for s in spec.secrets if s)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._agents
+
+    def __iter__(self) -> Iterator[AgentSpec]:
+        return iter(self._agents.values())
+
+    def __len__(self) -> int:
+        return len(self._agents)
+
+
+@attrs.frozen(kw_only=True)
+class DelegationRequest:
+    """One host-authorized delegation: an agent key and what to ask it.
+
+    Built from validated tool input (`DelegationRequest.from_tool_input`) or directly by a host.
+    `timeout_seconds` is clamped by the agent's policy; `parent_tool_call_id` ties the
+    delegation's events to the parent's tool call (strong correlation).
+    """
+
+    agent: str
+    objective: str
+    prompt: str | None = None
+    context: str | None = None
+    artifacts: tuple[InputArtifact, ...] = ()
+    timeout_seconds: float | None = None
+    stream: bool | None = None
+    max_artifacts: int | None = None
+    history_length: int | None = None
+    parent_tool_call_id: str | None = None
+    tenant: str | None = None
+    metadata: Mapping[str, Any] = attrs.field(factory=dict)
+
+    @classmethod
+    def from_tool_input(
+        cls, tool_input: Any, *, parent_tool_call_id: str | None = None
+    ) -> DelegationRequest:
+        """A request from a validated `engine.ToolInput` (see `engine.parse_tool_input`)."""
+        return cls(
+            agent=tool_input.agent,
+            objective=tool_input.objective,
+            prompt=tool_input.prompt,
+            context=tool_input.context,
+            artifacts=tuple(tool_input.artifacts),
+            timeout_seconds=tool_input.timeout_seconds,
+            stream=tool_input.stream,
+            max_artifacts=tool_input.max_artifacts,
+            history_length=tool_input.history_length,
+            parent_tool_call_id=parent_tool_call_id,
+        )
