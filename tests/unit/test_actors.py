@@ -1,0 +1,459 @@
+"""The actor tree end to end in memory: delegation paths, limits, cancellation, supervision."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from adapters.inprocess import InProcessTarget, LocalTask
+from engine import (
+    AgentSpec,
+    DelegationError,
+    DelegationPolicy,
+    DelegationRequest,
+    Engine,
+    EngineLimits,
+    ErrorCode,
+    InputRequiredMode,
+    Kind,
+    RemoteCancel,
+    Status,
+    TargetCapabilities,
+    open_run,
+)
+from tests.fakes import ScriptedTarget, delta, finished, journal_kinds, started, status
+
+
+def spec(target: object, key: str = "remote", **policy: object) -> AgentSpec:
+    return AgentSpec(key=key, target=target, policy=DelegationPolicy(**policy))  # type: ignore[arg-type]
+
+
+def request(agent: str = "remote", **fields: object) -> DelegationRequest:
+    return DelegationRequest(agent=agent, objective="do it", **fields)  # type: ignore[arg-type]
+
+
+async def collect(run_or_journal: object) -> list:
+    if hasattr(run_or_journal, "flush"):
+        await run_or_journal.flush()
+    journal = getattr(run_or_journal, "journal", run_or_journal)
+    out = []
+    async with journal.subscribe() as sub:  # type: ignore[attr-defined]
+        while journal.head > (out[-1].cursor if out else 0):  # type: ignore[attr-defined]
+            out.extend(await sub.receive_batch())
+    return out
+
+
+async def test_happy_path_orders_events_and_returns_after_terminal_is_journaled() -> None:
+    target = ScriptedTarget(
+        start=[[started(), status("working", "reading"), delta("Hel"), delta("lo"), finished("Hi")]]
+    )
+    async with open_run([spec(target)]) as run:
+        result = await run.delegate(request(parent_tool_call_id="toolu_1"))
+        # The terminal is in the journal before delegate() returns.
+        entries = await collect(run)
+        assert entries[-1].event.kind == Kind.FINISHED
+    assert result.status == Status.COMPLETED
+    assert result.summary == "Hi"
+    assert result.remote_task_id == "task-1" and result.remote_context_id == "ctx-1"
+    assert result.parent_tool_call_id == "toolu_1"
+    assert [m.text for m in result.messages] == ["Hello"]
+    # A reader that replays after the fact may get the two deltas merged (it is behind).
+    kinds = [k for i, k in enumerate(journal_kinds(entries, result.delegation_id))
+             if k != Kind.TEXT_DELTA or journal_kinds(entries, result.delegation_id)[i - 1] != k]
+    assert kinds == [
+        Kind.STARTED,
+        Kind.STATUS,
+        Kind.TEXT_START,
+        Kind.TEXT_DELTA,
+        Kind.TEXT_END,
+        Kind.FINISHED,
+    ]
+    assert "".join(e.event.delta for e in entries if e.event.kind == Kind.TEXT_DELTA) == "Hello"
+    assert all(e.event.parent_tool_call_id == "toolu_1" for e in entries if e.event.delegation_id)
+    assert target.closed == 1
+    assert "cancel" not in target.calls
+
+
+async def test_unknown_agent_fails_without_touching_any_target() -> None:
+    target = ScriptedTarget()
+    async with open_run([spec(target)]) as run:
+        result = await run.delegate(request(agent="unknown"))
+        entries = await collect(run)
+    assert result.status == Status.FAILED
+    assert result.error is not None and result.error.code == ErrorCode.AGENT_NOT_FOUND
+    assert "remote" in result.error.message  # names the keys the model may use
+    assert target.calls == [] and target.tasks == []
+    assert journal_kinds(entries, result.delegation_id) == [Kind.STARTED, Kind.FAILED]
+
+
+async def test_per_run_concurrency_limit_refuses_at_once() -> None:
+    target = ScriptedTarget(start=[[started(), "hang"], [started(), "hang"]])
+    limits = EngineLimits(max_concurrent_per_run=2)
+    async with Engine([spec(target)], limits=limits) as eng, eng.open_run() as run:
+        first = run.start_delegation(request())
+        second = run.start_delegation(request())
+        third = await run.delegate(request())
+        assert third.error is not None and third.error.code == ErrorCode.CONCURRENCY_LIMIT
+        assert third.error.retryable is True
+        assert eng.active_delegations == 2
+        first.cancel()
+        await first.wait()
+        fourth = run.start_delegation(request())  # a slot freed up
+        assert not fourth.finished
+    assert (await second.wait()).status == Status.CANCELLED
+    assert eng.active_delegations == 0
+
+
+async def test_global_concurrency_limit_spans_runs() -> None:
+    target = ScriptedTarget(start=[[started(), "hang"]])
+    limits = EngineLimits(max_concurrent_global=1)
+    async with Engine([spec(target)], limits=limits) as eng:
+        async with eng.open_run() as run_a, eng.open_run() as run_b:
+            run_a.start_delegation(request())
+            refused = await run_b.delegate(request())
+            assert refused.error is not None
+            assert refused.error.code == ErrorCode.CONCURRENCY_LIMIT
+
+
+async def test_timeout_cancels_the_remote_and_reports_its_last_status(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    target = ScriptedTarget(start=[[started(), status("working", "step 3 of 9"), "hang"]])
+    async with open_run([spec(target, max_timeout=60)]) as run:
+        t0 = trio.current_time()
+        result = await run.delegate(request(timeout_seconds=10_000))  # clamped to 60
+        elapsed = trio.current_time() - t0
+    assert elapsed == pytest.approx(60)
+    assert result.status == Status.FAILED
+    assert result.error is not None
+    assert result.error.code == ErrorCode.REMOTE_TIMEOUT
+    assert result.error.retryable is True
+    assert result.error.remote_status == "working"
+    assert result.remote_cancel == RemoteCancel.CONFIRMED
+    assert target.calls == ["start", "cancel"]
+
+
+async def test_default_timeout_applies_when_none_requested(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    target = ScriptedTarget(start=[[started(), "hang"]])
+    async with open_run([spec(target, default_timeout=7, max_timeout=60)]) as run:
+        t0 = trio.current_time()
+        result = await run.delegate(request())
+        assert trio.current_time() - t0 == pytest.approx(7)
+    assert result.error is not None and result.error.code == ErrorCode.REMOTE_TIMEOUT
+
+
+async def test_cancel_confirmed_by_remote() -> None:
+    target = ScriptedTarget(start=[[started(), "hang"]])
+    async with open_run([spec(target)]) as run:
+        handle = run.start_delegation(request())
+        await trio.testing.wait_all_tasks_blocked()
+        handle.cancel("user pressed stop")
+        result = await handle.wait()
+        entries = await collect(run)
+    assert result.status == Status.CANCELLED
+    assert result.remote_cancel == RemoteCancel.CONFIRMED
+    assert result.error is not None and result.error.message == "user pressed stop"
+    assert journal_kinds(entries, result.delegation_id)[-1] == Kind.CANCELLED
+    assert target.calls == ["start", "cancel"]
+
+
+@pytest.mark.parametrize("mode", ["hang", "refuse", "raise"])
+async def test_unconfirmed_cancel_reports_cancel_pending(
+    autojump_clock: trio.testing.MockClock, mode: str
+) -> None:
+    target = ScriptedTarget(start=[[started(), "hang"]], cancel=mode)
+    async with open_run([spec(target, cancel_timeout=3)]) as run:
+        handle = run.start_delegation(request())
+        await trio.testing.wait_all_tasks_blocked()
+        t0 = trio.current_time()
+        handle.cancel()
+        result = await handle.wait()
+        elapsed = trio.current_time() - t0
+        entries = await collect(run)
+    assert elapsed == pytest.approx(3 if mode == "hang" else 0)
+    assert result.status == Status.CANCELLED
+    assert result.remote_cancel == RemoteCancel.PENDING
+    events = [e.event for e in entries if e.event.delegation_id == result.delegation_id]
+    assert [e.status for e in events if e.kind == Kind.STATUS][-1] == "cancel_pending"
+    assert events[-1].kind == Kind.CANCELLED
+
+
+async def test_target_crash_becomes_failed_result_and_run_goes_on() -> None:
+    crashing = ScriptedTarget(start=[[started(), RuntimeError("boom")]])
+    healthy = ScriptedTarget(start=[[started(), finished("fine")]])
+    async with Engine([spec(crashing, key="crash"), spec(healthy, key="ok")]) as eng:
+        async with eng.open_run() as run:
+            crashed = await run.delegate(request(agent="crash"))
+            after = await run.delegate(request(agent="ok"))
+        entries = await collect(eng.journal(run.run_id))
+    assert crashed.status == Status.FAILED
+    assert crashed.error is not None and crashed.error.code == ErrorCode.INTERNAL_ERROR
+    assert "boom" not in crashed.error.message  # internals are not shown to the model
+    assert after.status == Status.COMPLETED
+    assert journal_kinds(entries, crashed.delegation_id)[-1] == Kind.FAILED
+    assert entries[-1].event.kind == Kind.RUN_FINISHED
+
+
+async def test_typed_target_error_keeps_its_code() -> None:
+    error = DelegationError(code=ErrorCode.AGENT_UNAVAILABLE, message="card fetch failed: 503")
+    target = ScriptedTarget(start=[[error]])
+    async with open_run([spec(target)]) as run:
+        result = await run.delegate(request())
+    assert result.error is not None
+    assert result.error.code == ErrorCode.AGENT_UNAVAILABLE
+    assert result.error.retryable is True
+
+
+async def test_in_process_agent_crash_is_remote_failed() -> None:
+    async def broken(task: LocalTask) -> str:
+        await task.say("partial")
+        raise KeyError("nope")
+
+    async with open_run([spec(InProcessTarget(broken))]) as run:
+        result = await run.delegate(request())
+    assert result.error is not None and result.error.code == ErrorCode.REMOTE_FAILED
+    assert [m.text for m in result.messages] == ["partial"]
+
+
+async def test_stream_drop_recovers_by_resubscribing() -> None:
+    target = ScriptedTarget(
+        start=[[started(), delta("a")]],
+        resubscribe=[[status("working"), delta("b"), finished()]],
+        capabilities=TargetCapabilities(streaming=True, resubscribe=True, poll=True),
+    )
+    async with open_run([spec(target)]) as run:
+        result = await run.delegate(request())
+        entries = await collect(run)
+    assert result.status == Status.COMPLETED
+    assert target.calls == ["start", "resubscribe"]
+    statuses = [e.event.status for e in entries if e.event.kind == Kind.STATUS]
+    assert "stream_interrupted" in statuses
+    assert [m.text for m in result.messages] == ["ab"]
+
+
+async def test_stream_drop_falls_back_to_a_poll_then_fails_interrupted() -> None:
+    target = ScriptedTarget(
+        start=[[started()]],
+        resubscribe=[[DelegationError(code=ErrorCode.REMOTE_FAILED, message="gone")]],
+        poll=[[status("working")]],
+        capabilities=TargetCapabilities(streaming=True, resubscribe=True, poll=True),
+    )
+    async with open_run([spec(target)]) as run:
+        result = await run.delegate(request())
+    assert target.calls == ["start", "resubscribe", "poll", "cancel"]
+    assert result.error is not None and result.error.code == ErrorCode.STREAM_INTERRUPTED
+    assert result.error.retryable is True
+
+
+async def test_stream_drop_recovered_by_poll_snapshot() -> None:
+    target = ScriptedTarget(
+        start=[[started()]],
+        poll=[[finished("from snapshot")]],
+        capabilities=TargetCapabilities(streaming=True, resubscribe=False, poll=True),
+    )
+    async with open_run([spec(target)]) as run:
+        result = await run.delegate(request())
+    assert result.status == Status.COMPLETED and result.summary == "from snapshot"
+
+
+async def test_stream_that_ends_early_without_recovery_is_interrupted() -> None:
+    target = ScriptedTarget(start=[[started(), delta("x")]])
+    async with open_run([spec(target)]) as run:
+        result = await run.delegate(request())
+    assert result.error is not None and result.error.code == ErrorCode.STREAM_INTERRUPTED
+
+
+async def test_non_streaming_target_is_polled_and_repeats_are_folded(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    target = ScriptedTarget(
+        start=[[started(status="submitted")]],
+        poll=[[status("working")], [status("working")], [status("working")], [finished("done")]],
+        capabilities=TargetCapabilities(streaming=False, poll=True),
+    )
+    async with open_run([spec(target, poll_interval=2)]) as run:
+        t0 = trio.current_time()
+        result = await run.delegate(request())
+        assert trio.current_time() - t0 == pytest.approx(8)  # four polls, 2 s apart
+        entries = await collect(run)
+    kinds = journal_kinds(entries, result.delegation_id)
+    assert kinds == [Kind.STARTED, Kind.STATUS, Kind.FINISHED]
+    assert Kind.TEXT_DELTA not in kinds  # nothing invented
+    assert result.summary == "done"
+    assert target.tasks[0].stream is False
+
+
+async def test_require_streaming_refuses_a_polling_target() -> None:
+    target = ScriptedTarget(capabilities=TargetCapabilities(streaming=False, poll=True))
+    async with open_run([spec(target, require_streaming=True)]) as run:
+        result = await run.delegate(request())
+    assert result.error is not None and result.error.code == ErrorCode.CAPABILITY_UNSUPPORTED
+    assert target.calls == []
+
+
+def asking_agent() -> InProcessTarget:
+    async def agent(task: LocalTask) -> str:
+        await task.say("Need a detail.")
+        answer = await task.ask("Which year?")
+        await task.say(f"Using {answer.text}.")
+        return f"answered with {answer.text}"
+
+    return InProcessTarget(agent)
+
+
+async def test_input_required_fails_by_default_and_cancels_the_remote() -> None:
+    async with open_run([spec(asking_agent())]) as run:
+        result = await run.delegate(request())
+        entries = await collect(run)
+    assert result.error is not None
+    assert result.error.code == ErrorCode.INPUT_REQUIRED_UNSUPPORTED
+    assert "Which year?" in result.error.message
+    assert result.remote_cancel == RemoteCancel.CONFIRMED
+    assert Kind.INPUT_REQUIRED in journal_kinds(entries, result.delegation_id)
+
+
+async def test_input_required_surfaced_and_answered_continues() -> None:
+    async with open_run([spec(asking_agent(), input_required=InputRequiredMode.SURFACE)]) as run:
+        handle = run.start_delegation(request())
+        async with run.events() as events:
+            async for entry in events:
+                if entry.event.kind == Kind.INPUT_REQUIRED:
+                    assert entry.event.text == "Which year?"
+                    break
+        run.answer(handle.delegation_id, text="2026")
+        result = await handle.wait()
+    assert result.status == Status.COMPLETED
+    assert result.summary == "answered with 2026"
+    assert [m.text for m in result.messages] == ["Need a detail.", "Using 2026."]
+
+
+async def test_input_wait_is_bounded(autojump_clock: trio.testing.MockClock) -> None:
+    policy = {"input_required": InputRequiredMode.SURFACE, "input_wait_timeout": 30}
+    async with open_run([spec(asking_agent(), **policy)]) as run:
+        result = await run.delegate(request())
+    assert result.error is not None and result.error.code == ErrorCode.INPUT_REQUIRED
+    assert "30 s" in result.error.message
+
+
+async def test_input_required_returned_to_the_parent() -> None:
+    async with open_run([spec(asking_agent(), input_required=InputRequiredMode.RETURN)]) as run:
+        result = await run.delegate(request())
+        entries = await collect(run)
+    assert result.status == Status.INPUT_REQUIRED
+    assert result.error is not None and result.error.code == ErrorCode.INPUT_REQUIRED
+    kinds = journal_kinds(entries, result.delegation_id)
+    assert kinds[-2:] == [Kind.INPUT_REQUIRED, Kind.FINISHED]
+
+
+async def test_answer_to_a_delegation_not_waiting_is_a_typed_error() -> None:
+    target = ScriptedTarget(start=[[started(), "hang"]])
+    async with open_run([spec(target)]) as run:
+        handle = run.start_delegation(request())
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(DelegationError) as info:
+            run.answer(handle.delegation_id, text="x")
+        assert info.value.code == ErrorCode.INVALID_INPUT
+        with pytest.raises(DelegationError):
+            run.answer("del-missing", text="x")
+
+
+async def test_run_cancel_cascades_to_every_delegation_and_remote() -> None:
+    targets = [ScriptedTarget(start=[[started(f"t{i}"), "hang"]]) for i in range(3)]
+    agents = [spec(t, key=f"a{i}") for i, t in enumerate(targets)]
+    async with Engine(agents) as eng:
+        async with eng.open_run() as run:
+            handles = [run.start_delegation(request(agent=f"a{i}")) for i in range(3)]
+            await trio.testing.wait_all_tasks_blocked()
+            run.cancel("stop")
+            await trio.sleep_forever()  # the body is cancelled too
+        entries = await collect(eng.journal(run.run_id))
+    assert all(t.calls == ["start", "cancel"] for t in targets)
+    assert all(h.result().status == Status.CANCELLED for h in handles)
+    assert entries[-1].event.kind == Kind.RUN_CANCELLED
+    assert eng.open_runs == 0 and eng.active_delegations == 0
+
+
+async def test_cancelling_the_waiting_caller_cancels_the_delegation() -> None:
+    target = ScriptedTarget(start=[[started(), "hang"]])
+    async with open_run([spec(target)]) as run:
+        with trio.move_on_after(0.01):
+            await run.delegate(request())
+        result = run.delegations()[0]
+        for _ in range(100):
+            if result.status != Status.RUNNING:
+                break
+            await trio.testing.wait_all_tasks_blocked()
+            result = run.delegations()[0]
+    assert result.status == Status.CANCELLED
+    assert target.calls == ["start", "cancel"]
+
+
+async def test_leaving_the_run_cancels_running_delegations_and_results_survive() -> None:
+    target = ScriptedTarget(start=[[started(), finished("ok")], [started(), "hang"]])
+    async with Engine([spec(target)]) as eng:
+        async with eng.open_run() as run:
+            done = await run.delegate(request())
+            running = run.start_delegation(request())
+            await trio.testing.wait_all_tasks_blocked()
+            snapshot = run.delegations()
+            assert [r.status for r in snapshot] == [Status.COMPLETED, Status.RUNNING]
+        assert running.finished
+        results = eng.results(run.run_id)
+    assert [r.delegation_id for r in results] == [done.delegation_id, running.delegation_id]
+    assert results[1].status == Status.CANCELLED
+    assert run.result(running.delegation_id) == results[1]
+
+
+async def test_body_exception_propagates_unwrapped_and_fails_the_run() -> None:
+    async with Engine([]) as eng:
+        with pytest.raises(ValueError, match="parent broke"):
+            async with eng.open_run() as run:
+                raise ValueError("parent broke")
+        entries = await collect(eng.journal(run.run_id))
+    assert entries[-1].event.kind == Kind.RUN_FAILED
+
+
+async def test_artifact_limit_ends_with_partial_result() -> None:
+    async def producer(task: LocalTask) -> str:
+        await task.artifact("small.txt", data=b"x" * 10)
+        await task.artifact("huge.bin", data=b"x" * 1000)
+        return "never"
+
+    async with open_run([spec(InProcessTarget(producer), max_artifact_bytes=100)]) as run:
+        result = await run.delegate(request())
+    assert result.error is not None and result.error.code == ErrorCode.ARTIFACT_TOO_LARGE
+    assert [a.name for a in result.artifacts] == ["small.txt"]
+    assert result.artifacts[0].uri is not None
+
+
+async def test_parent_tool_result_follows_subagent_terminal() -> None:
+    target = ScriptedTarget(start=[[started(), finished("x")]])
+    async with open_run([spec(target)]) as run:
+        await run.emit(Kind.PARENT_TOOL_CALL_START, tool_call_id="c1", tool_name="delegate_to_agent")
+        result = await run.delegate(request(parent_tool_call_id="c1"))
+        await run.emit(Kind.PARENT_TOOL_CALL_RESULT, tool_call_id="c1", result=result.summary)
+        entries = await collect(run)
+    kinds = [e.event.kind for e in entries]
+    assert kinds.index(Kind.FINISHED) < kinds.index(Kind.PARENT_TOOL_CALL_RESULT)
+
+
+async def test_emit_refuses_lifecycle_kinds() -> None:
+    async with open_run([]) as run:
+        for kind in (Kind.RUN_FINISHED, Kind.RUN_STARTED, Kind.FINISHED):
+            with pytest.raises(ValueError):
+                await run.emit(kind)
+
+
+async def test_finish_ends_the_run_early_and_refuses_new_delegations() -> None:
+    target = ScriptedTarget(start=[[started(), finished()]])
+    async with Engine([spec(target)]) as eng:
+        async with eng.open_run() as run:
+            await run.finish("all done")
+            late = await run.delegate(request())
+        entries = await collect(eng.journal(run.run_id))
+    assert late.error is not None and late.error.code == ErrorCode.RUN_CLOSED
+    assert [e.event.kind for e in entries].count(Kind.RUN_FINISHED) == 1
+    assert target.calls == []

@@ -1,0 +1,60 @@
+"""The `subagent-engine` command: one console script, one subcommand per job.
+
+This module only parses arguments and dispatches; each job lives in its own module
+(`web.demo`, `web.bench`). Later issues add `serve`, `a2a-serve` and `soak` here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="subagent-engine",
+        description="Delegate to remote agents and stream them as nested subagents.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser(
+        "demo",
+        help="run a scripted parent with two in-process subagents and print the event stream",
+    )
+    demo.add_argument("--json", action="store_true", help="print each journal entry as JSON")
+    demo.add_argument(
+        "--fast", action="store_true", help="no pauses between chunks (for tests and CI)"
+    )
+
+    bench = sub.add_parser("bench", help="micro-benchmarks, printed beside this machine's limits")
+    bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
+    journal = bench_sub.add_parser(
+        "journal", help="journal append + fan-out events/s vs a bare Trio memory channel"
+    )
+    journal.add_argument("--events", type=int, default=200_000, help="events per measurement")
+    journal.add_argument(
+        "--subscribers", default="1,100", help="comma-separated subscriber counts to measure"
+    )
+    journal.add_argument("--repeat", type=int, default=3, help="runs per figure (median kept)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.command == "demo":
+        from web.demo import run_demo
+
+        return run_demo(as_json=args.json, fast=args.fast)
+    if args.command == "bench" and args.bench == "journal":
+        from web.bench import bench_journal
+
+        counts = [int(c) for c in str(args.subscribers).split(",") if c.strip()]
+        return int(bench_journal(events=args.events, subscriber_counts=counts, repeat=args.repeat))
+    raise AssertionError(f"unhandled command {args.command!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
