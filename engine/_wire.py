@@ -10,6 +10,7 @@ Fields this version does not know are kept in `extra` on read and written back o
 from __future__ import annotations
 
 import json
+import math
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -104,13 +105,12 @@ def _with_extra(cls: type[T], *, keep_extra: bool) -> None:
     def read(value: Any, _: Any) -> T:
         if not isinstance(value, dict):
             raise WireError(f"expected a JSON object for {cls.__name__}")
-        known = {k: v for k, v in value.items() if k in field_names}
+        # `extra` is the engine's own bag, never a wire field: a peer's "extra" is unknown too.
+        known = {k: v for k, v in value.items() if k in field_names and k != "extra"}
         if keep_extra:
-            unknown = {k: v for k, v in value.items() if k not in field_names}
+            unknown = {k: v for k, v in value.items() if k not in field_names or k == "extra"}
             if unknown:
-                if known.get("extra") is not None and not isinstance(known["extra"], dict):
-                    raise WireError("extra must be an object")
-                known["extra"] = {**(known.get("extra") or {}), **unknown}
+                known["extra"] = unknown
         return structure(known, cls)
 
     converter.register_unstructure_hook(cls, write)
@@ -137,7 +137,7 @@ def _read_error(value: Any, _: Any) -> DelegationError:
         message=converter.structure(data.get("message", ""), str),
         retryable=retryable,
         remote_status=converter.structure(data.get("remote_status"), str | None),  # type: ignore[arg-type]
-        metadata=None if metadata is None else _json_object(metadata, None),
+        metadata=None if metadata is None else (_json_object(metadata, None) or None),
     )
 
 
@@ -176,11 +176,23 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    # NaN and Infinity (or 1e999) would be written back as tokens a browser cannot parse.
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:32]} is out of range")
+    return value
+
+
 def _parse(text: str | bytes) -> Any:
     if len(text) > MAX_DOCUMENT_BYTES:
         raise WireError(f"document larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except (ValueError, RecursionError) as exc:
         raise WireError(f"not JSON: {exc}") from exc
 
