@@ -46,6 +46,19 @@ __all__ = [
     "Subscription",
 ]
 
+#: Critical kinds a store keeps after they leave the replay window (gap markers are per reader).
+_RETAINED_KINDS: Final = frozenset(
+    kind
+    for kind in (
+        Kind.STARTED,
+        Kind.INPUT_REQUIRED,
+        Kind.RUN_STARTED,
+        *Kind.DELEGATION_TERMINALS,
+        *Kind.RUN_TERMINALS,
+    )
+    if lane_of(kind) == CRITICAL
+)
+
 #: How many entries a catching-up reader pulls from the store at a time.
 CATCH_UP_CHUNK: Final = 512
 
@@ -106,22 +119,33 @@ class MemoryJournalStore:
             self._evict()
 
     def _evict(self) -> None:
+        # One pass per batch: find how many entries fall out, then move them in bulk.
         window = self._window
-        while len(window) - self._start > 1 and (
-            len(window) - self._start > self.max_events or self._bytes > self.max_bytes
-        ):
-            entry = window[self._start]
-            self._start += 1
-            self._bytes -= entry.weight
-            self._first_cursor = entry.cursor + 1
-            self.evicted += 1
-            if lane_of(entry.event.kind) == CRITICAL and entry.event.kind != Kind.GAP:
+        keep_events = self.max_events
+        keep_bytes = self.max_bytes
+        start = self._start
+        size = len(window) - start
+        evicted_bytes = 0
+        stop = start
+        while size > 1 and (size > keep_events or self._bytes - evicted_bytes > keep_bytes):
+            evicted_bytes += window[stop].weight
+            stop += 1
+            size -= 1
+        if stop == start:
+            return
+        for entry in window[start:stop]:
+            if entry.event.kind in _RETAINED_KINDS:
                 self._critical.append(entry)
                 self._critical_cursors.append(entry.cursor)
-                if len(self._critical) > self.max_retained_critical:
-                    del self._critical[0], self._critical_cursors[0]
-        if self._start > 1024 and self._start * 2 > len(window):
-            del window[: self._start]
+        overflow = len(self._critical) - self.max_retained_critical
+        if overflow > 0:
+            del self._critical[:overflow], self._critical_cursors[:overflow]
+        self.evicted += stop - start
+        self._bytes -= evicted_bytes
+        self._first_cursor = window[stop - 1].cursor + 1
+        self._start = stop
+        if stop > 1024 and stop * 2 > len(window):
+            del window[:stop]
             self._start = 0
 
     @property
@@ -336,17 +360,19 @@ class RunJournal:
         self._published = entries[-1].cursor
         live = self._live
         if live:
-            lagging: list[Subscription] = []
+            weight = 0
             for entry in entries:
-                for sub in live:
-                    if not sub._buffer.offer(entry):
-                        sub._begin_catch_up(entry.cursor - 1)
-                        lagging.append(sub)
-                if lagging:
-                    for sub in lagging:
-                        live.remove(sub)
-                        self._catching_up.add(sub)
-                    lagging.clear()
+                weight += entry.weight
+            lagging: list[Subscription] = []
+            for sub in live:
+                taken = sub._buffer.offer_many(entries, weight)
+                if taken < len(entries):
+                    # This reader is behind by a whole buffer: it reads the store from here on.
+                    sub._begin_catch_up(entries[taken].cursor - 1)
+                    lagging.append(sub)
+            for sub in lagging:
+                live.remove(sub)
+                self._catching_up.add(sub)
         if self._run_terminal is not None:
             self._ended.set()
 
@@ -393,7 +419,8 @@ class RunJournal:
         if sub._resume_after < self._published:
             return False
         self._catching_up.discard(sub)
-        if self._closed:
+        if self._closed or self._run_terminal is not None:
+            # Nothing more will ever be published: end once the buffer is drained.
             sub._buffer.close()
         else:
             self._live.append(sub)
@@ -425,7 +452,8 @@ class Subscription:
 
     def __init__(self, journal: RunJournal, after: int, max_buffer_bytes: int) -> None:
         self._journal = journal
-        self._buffer = LaneBuffer(max_buffer_bytes)
+        # Entries carry cursors and readers resume after one: never reorder across streams.
+        self._buffer = LaneBuffer(max_buffer_bytes, reorder_streams=False)
         self._resume_after = after
         self._catching_up = True
         self._last_delivered = after
@@ -443,6 +471,7 @@ class Subscription:
         self._catching_up = True
         self._resume_after = after
         self.catch_ups += 1
+        self._buffer.wake_receivers()  # a reader parked on an empty buffer must go read the store
 
     async def receive_batch(self, max_entries: int = 512) -> list[JournalEntry]:
         """Wait for the next entries (at least one) and take up to `max_entries` of them.
@@ -451,21 +480,22 @@ class Subscription:
         """
         if self._closed:
             raise trio.ClosedResourceError("subscription is closed")
+        await trio.lowlevel.checkpoint_if_cancelled()
         while True:
             if self._done:
                 raise trio.EndOfChannel
-            batch = self._buffer.receive_nowait_batch(max_entries) if len(self._buffer) else []
+            try:
+                batch = self._buffer.receive_nowait_batch(max_entries)
+            except trio.EndOfChannel:
+                self._done = True
+                raise
             if batch:
                 return self._deliver(batch)
             if self._catching_up:
                 await self._catch_up()
                 continue
-            try:
-                batch = await self._buffer.receive_batch(max_entries)
-            except trio.EndOfChannel:
-                self._done = True
-                raise
-            return self._deliver(batch)
+            # Woken by an offer, by close, or by the journal moving us to catch-up mode.
+            await self._buffer.wait_readable()
 
     def _deliver(self, batch: list[JournalEntry]) -> list[JournalEntry]:
         self._last_delivered = batch[-1].cursor
@@ -481,8 +511,7 @@ class Subscription:
         # Never read past what the journal has fanned out: those entries will be offered live.
         published = journal._published
         entries = [e for e in entries if self._resume_after < e.cursor <= published]
-        for entry in entries:
-            self._buffer._put(entry, force=True)
+        self._buffer.backfill(entries)
         if entries:
             self._resume_after = entries[-1].cursor
         if journal._attach_if_caught_up(self):
