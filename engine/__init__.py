@@ -60,6 +60,13 @@ from engine._targets import (
     TargetSession,
     TargetUpdate,
 )
+from engine._tool_input import (
+    TOOL_INPUT_SCHEMA,
+    ToolInput,
+    is_agent_key,
+    parse_tool_input,
+    tool_input_schema,
+)
 from engine._wire import (
     WireError,
     event_from_json,
@@ -117,15 +124,20 @@ __all__ = [
     "TargetCapabilities",
     "TargetSession",
     "TargetUpdate",
+    "TOOL_INPUT_SCHEMA",
+    "ToolInput",
     "WireError",
     "event_from_json",
     "event_from_jsonable",
     "event_weight",
+    "is_agent_key",
     "is_terminal",
     "lane_of",
     "open_run",
+    "parse_tool_input",
     "result_from_json",
     "result_from_jsonable",
     "to_json",
     "to_jsonable",
+    "tool_input_schema",
 ]

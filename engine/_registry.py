@@ -9,13 +9,13 @@ credentials and policy come from here. Targets are opaque objects implementing
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
 from engine._results import DelegationError, ErrorCode, InputArtifact
+from engine._tool_input import AGENT_KEY_PATTERN, ToolInput, is_agent_key
 
 if TYPE_CHECKING:
     from engine._targets import Target
@@ -29,8 +29,6 @@ __all__ = [
     "Registry",
     "RegistryError",
 ]
-
-AGENT_KEY_PATTERN: Final = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
 class RegistryError(ValueError):
@@ -111,9 +109,10 @@ class EngineLimits:
 
 
 def _agent_key(_: Any, __: Any, value: str) -> None:
-    if not isinstance(value, str) or not AGENT_KEY_PATTERN.match(value):
+    # One definition of a key for the registry and the tool input the model sends.
+    if not is_agent_key(value):
         raise RegistryError(
-            f"agent key {value!r} must match {AGENT_KEY_PATTERN.pattern} (lowercase, no URL)"
+            f"agent key {value!r} must match {AGENT_KEY_PATTERN} (lowercase, no URL)"
         )
 
 
@@ -211,9 +210,9 @@ class DelegationRequest:
 
     @classmethod
     def from_tool_input(
-        cls, tool_input: Any, *, parent_tool_call_id: str | None = None
+        cls, tool_input: ToolInput, *, parent_tool_call_id: str | None = None
     ) -> DelegationRequest:
-        """A request from a validated `engine.ToolInput` (see `engine.parse_tool_input`)."""
+        """A request from a validated `ToolInput` (see `engine.parse_tool_input`)."""
         return cls(
             agent=tool_input.agent,
             objective=tool_input.objective,

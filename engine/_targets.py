@@ -1,9 +1,9 @@
 """The target interface: how a delegation talks to whatever agent runs it.
 
 A `Target` is what a host registers under an agent key; `Target.open_session(task, nursery)`
-gives the `TargetSession` for one delegation. A session can start the task (streaming progress while the
-remote streams), resubscribe to it after a dropped stream, poll its state, continue it with an
-answer after an input request, and cancel it. Remote protocols (A2A, AG-UI) and in-process
+gives the `TargetSession` for one delegation. A session can start the task (streaming progress
+while the remote streams), resubscribe to it after a dropped stream, poll its state, continue it
+with an answer after an input request, and cancel it. Remote protocols (A2A, AG-UI) and in-process
 agents implement this seam in `adapters/`; the delegation actor drives every target the same way
 and never asks which one it has (like httpx's transports).
 

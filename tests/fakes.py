@@ -27,7 +27,9 @@ from engine import (
 Step = Sequence[TargetUpdate | str | BaseException]
 
 
-def started(task_id: str = "task-1", context_id: str = "ctx-1", status: str = "working") -> TargetUpdate:
+def started(
+    task_id: str = "task-1", context_id: str = "ctx-1", status: str = "working"
+) -> TargetUpdate:
     return TargetUpdate(
         kind=Kind.STARTED, remote_task_id=task_id, remote_context_id=context_id, status=status
     )

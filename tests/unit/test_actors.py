@@ -59,8 +59,11 @@ async def test_happy_path_orders_events_and_returns_after_terminal_is_journaled(
     assert result.parent_tool_call_id == "toolu_1"
     assert [m.text for m in result.messages] == ["Hello"]
     # A reader that replays after the fact may get the two deltas merged (it is behind).
-    kinds = [k for i, k in enumerate(journal_kinds(entries, result.delegation_id))
-             if k != Kind.TEXT_DELTA or journal_kinds(entries, result.delegation_id)[i - 1] != k]
+    kinds = [
+        k
+        for i, k in enumerate(journal_kinds(entries, result.delegation_id))
+        if k != Kind.TEXT_DELTA or journal_kinds(entries, result.delegation_id)[i - 1] != k
+    ]
     assert kinds == [
         Kind.STARTED,
         Kind.STATUS,
@@ -108,12 +111,12 @@ async def test_per_run_concurrency_limit_refuses_at_once() -> None:
 async def test_global_concurrency_limit_spans_runs() -> None:
     target = ScriptedTarget(start=[[started(), "hang"]])
     limits = EngineLimits(max_concurrent_global=1)
-    async with Engine([spec(target)], limits=limits) as eng:
-        async with eng.open_run() as run_a, eng.open_run() as run_b:
-            run_a.start_delegation(request())
-            refused = await run_b.delegate(request())
-            assert refused.error is not None
-            assert refused.error.code == ErrorCode.CONCURRENCY_LIMIT
+    engine = Engine([spec(target)], limits=limits)
+    async with engine as eng, eng.open_run() as run_a, eng.open_run() as run_b:
+        run_a.start_delegation(request())
+        refused = await run_b.delegate(request())
+        assert refused.error is not None
+        assert refused.error.code == ErrorCode.CONCURRENCY_LIMIT
 
 
 async def test_timeout_cancels_the_remote_and_reports_its_last_status(
@@ -432,7 +435,9 @@ async def test_artifact_limit_ends_with_partial_result() -> None:
 async def test_parent_tool_result_follows_subagent_terminal() -> None:
     target = ScriptedTarget(start=[[started(), finished("x")]])
     async with open_run([spec(target)]) as run:
-        await run.emit(Kind.PARENT_TOOL_CALL_START, tool_call_id="c1", tool_name="delegate_to_agent")
+        await run.emit(
+            Kind.PARENT_TOOL_CALL_START, tool_call_id="c1", tool_name="delegate_to_agent"
+        )
         result = await run.delegate(request(parent_tool_call_id="c1"))
         await run.emit(Kind.PARENT_TOOL_CALL_RESULT, tool_call_id="c1", result=result.summary)
         entries = await collect(run)
@@ -443,7 +448,7 @@ async def test_parent_tool_result_follows_subagent_terminal() -> None:
 async def test_emit_refuses_lifecycle_kinds() -> None:
     async with open_run([]) as run:
         for kind in (Kind.RUN_FINISHED, Kind.RUN_STARTED, Kind.FINISHED):
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match="not a parent payload kind"):
                 await run.emit(kind)
 
 
@@ -457,3 +462,42 @@ async def test_finish_ends_the_run_early_and_refuses_new_delegations() -> None:
     assert late.error is not None and late.error.code == ErrorCode.RUN_CLOSED
     assert [e.event.kind for e in entries].count(Kind.RUN_FINISHED) == 1
     assert target.calls == []
+
+
+async def test_model_tool_input_becomes_a_correlated_delegation() -> None:
+    from engine import parse_tool_input
+
+    target = ScriptedTarget(start=[[started(), finished("ok")]])
+    raw = b'{"agent": "remote", "objective": "check", "constraints": {"timeout_seconds": 30}}'
+    request = DelegationRequest.from_tool_input(parse_tool_input(raw), parent_tool_call_id="t1")
+    async with open_run([spec(target)]) as run:
+        result = await run.delegate(request)
+    assert result.status == Status.COMPLETED
+    assert result.parent_tool_call_id == "t1"
+    assert target.tasks[0].timeout == 30
+
+
+@pytest.mark.parametrize("key", ["key\n", "Key", "http://host/agent", "", "a" * 65])
+def test_registry_refuses_keys_a_model_could_not_name(key: str) -> None:
+    from engine import RegistryError
+
+    with pytest.raises(RegistryError, match="must match"):
+        AgentSpec(key=key, target=ScriptedTarget())
+
+
+def test_registry_refuses_duplicate_keys_and_names_known_keys_on_lookup() -> None:
+    from engine import Registry, RegistryError
+
+    registry = Registry([spec(ScriptedTarget(), key="a"), spec(ScriptedTarget(), key="b")])
+    with pytest.raises(RegistryError, match="registered twice"):
+        registry.register(spec(ScriptedTarget(), key="a"))
+    with pytest.raises(DelegationError, match="registered keys: a, b") as info:
+        registry.lookup("zz")
+    assert info.value.code == ErrorCode.AGENT_NOT_FOUND
+
+
+def test_policy_clamps_requested_timeouts() -> None:
+    policy = DelegationPolicy(default_timeout=120, max_timeout=60)
+    assert policy.effective_timeout(None) == 60
+    assert policy.effective_timeout(10_000) == 60
+    assert policy.effective_timeout(5) == 5
