@@ -121,9 +121,10 @@ async def scripted_parent(run: Run) -> list[engine.DelegationResult]:
 def _describe(entry: JournalEntry) -> str:
     event = entry.event
     who = f"[{event.agent_key}]" if event.agent_key else "[parent]"
+    status = event.status and (f"{event.status}: {event.text}" if event.text else event.status)
     detail = (
         event.delta
-        or event.status
+        or status
         or (event.error and f"{event.error.code}: {event.error.message}")
         or event.text
         or event.tool_name
@@ -152,10 +153,10 @@ async def _demo(as_json: bool, fast: bool, out: TextIO) -> None:
     async with (
         Engine(demo_agents(pause=0 if fast else 0.05)) as eng,
         trio.open_nursery() as nursery,
+        eng.open_run() as run,
     ):
-        async with eng.open_run() as run:
-            nursery.start_soon(_print_events, run, out, as_json)
-            await scripted_parent(run)
+        nursery.start_soon(_print_events, run, out, as_json)
+        await scripted_parent(run)
 
 
 def run_demo(*, as_json: bool = False, fast: bool = False, out: TextIO | None = None) -> int:
