@@ -24,6 +24,7 @@ its subagent's terminal. When a run's context exits, nothing it started is still
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 import uuid
 from collections import OrderedDict
@@ -59,6 +60,8 @@ from engine._targets import Answer, DelegationTask, TargetSession, TargetUpdate
 __all__ = ["DelegationActor", "DelegationHandle", "Engine", "Run", "RunActor", "open_run"]
 
 _DEFAULT_POLICY: Final = DelegationPolicy()
+
+log: Final = logging.getLogger("subagent_engine")
 
 #: Upper bound on how long closing a run may take to journal its terminal events.
 RUN_CLOSE_TIMEOUT: Final = 10.0
@@ -96,6 +99,10 @@ class Engine:
         self._runs: dict[str, RunActor] = {}
         self._closed_runs: OrderedDict[str, RunActor] = OrderedDict()
         self.active_delegations = 0
+        #: Delegation id -> what became of a remote cancel that was not confirmed in time:
+        #: `retrying`, `confirmed_late` or `abandoned` (audit trail of 000 §15's cleanup).
+        self.cancel_followups: dict[str, str] = {}
+        self._follow_up_scopes: set[trio.CancelScope] = set()
 
     async def __aenter__(self) -> Engine:
         self._nursery_cm = trio.open_nursery()
@@ -111,6 +118,9 @@ class Engine:
         assert self._nursery is not None
         for actor in list(self._runs.values()):
             actor.request_close(Kind.RUN_CANCELLED, "The engine was closed.")
+        # Follow-up cancels end with the engine (recorded as abandoned); they never hold it open.
+        for scope in list(self._follow_up_scopes):
+            scope.cancel()
         try:
             await self._nursery_cm.__aexit__(exc_type, exc, tb)
         except BaseExceptionGroup as group:
@@ -167,6 +177,52 @@ class Engine:
             actor.request_close(outcome, reason)
             with trio.CancelScope(shield=True):
                 await actor.closed.wait()
+
+    def _follow_up_cancel(
+        self, delegation_id: str, session: TargetSession, policy: DelegationPolicy
+    ) -> bool:
+        """Keep cancelling a remote task whose cancel was not confirmed, after its delegation
+        (and maybe its run) ended. Returns False if the engine cannot take it (closing, or the
+        policy says not to); the caller then closes the session itself."""
+        if self._nursery is None or policy.cancel_retry_window <= 0:
+            return False
+        self.cancel_followups[delegation_id] = "retrying"
+        self._nursery.start_soon(
+            self._retry_cancel, delegation_id, session, policy, name=f"cancel {delegation_id}"
+        )
+        return True
+
+    async def _retry_cancel(
+        self, delegation_id: str, session: TargetSession, policy: DelegationPolicy
+    ) -> None:
+        outcome = "abandoned"
+        scope = trio.CancelScope()
+        self._follow_up_scopes.add(scope)
+        try:
+            with scope, trio.move_on_after(policy.cancel_retry_window):
+                while True:
+                    await trio.sleep(policy.cancel_timeout)
+                    with trio.move_on_after(policy.cancel_timeout):
+                        try:
+                            if await session.cancel():
+                                outcome = "confirmed_late"
+                                break
+                        except Exception as exc:
+                            log.debug("cancel retry for %s failed: %r", delegation_id, exc)
+        finally:
+            self._follow_up_scopes.discard(scope)
+            self.cancel_followups[delegation_id] = outcome
+            log.log(
+                logging.INFO if outcome == "confirmed_late" else logging.WARNING,
+                "remote cancel of delegation %s: %s",
+                delegation_id,
+                outcome,
+            )
+            with trio.CancelScope(shield=True), trio.move_on_after(policy.cancel_timeout):
+                try:
+                    await session.aclose()
+                except Exception:
+                    pass
 
     def _retire(self, actor: RunActor) -> None:
         self._runs.pop(actor.run_id, None)
@@ -430,6 +486,7 @@ class DelegationActor:
         self._session: TargetSession | None = None
         self._session_scope: trio.CancelScope | None = None
         self._sent_task = False
+        self._handed_over = False  # the engine took over an unconfirmed cancel
         self._failure: DelegationError | None = None
         run.record(self.state.snapshot())
 
@@ -474,6 +531,14 @@ class DelegationActor:
                     failure = _failure_of(exc)
                     if failure is None:
                         raise
+                    if failure.code == ErrorCode.INTERNAL_ERROR:
+                        log.warning(
+                            "delegation %s (%s) crashed: %s",
+                            self.delegation_id,
+                            self.spec.key,
+                            (failure.metadata or {}).get("exception"),
+                            exc_info=log.isEnabledFor(logging.DEBUG),
+                        )
                     self._failure = failure
         finally:
             with trio.CancelScope(shield=True):
@@ -624,7 +689,7 @@ class DelegationActor:
                     await self._publish(events)
             with trio.move_on_after(RUN_CLOSE_TIMEOUT):
                 await run.mailbox.flush()
-            if self._session is not None:
+            if self._session is not None and not self._handed_over:
                 with trio.move_on_after(self.policy.cancel_timeout):
                     try:
                         await self._session.aclose()
@@ -651,6 +716,9 @@ class DelegationActor:
         if confirmed:
             return RemoteCancel.CONFIRMED
         await self._publish(self.state.note_status("cancel_pending"))
+        # The engine keeps trying after this delegation (and its run) ended.
+        engine = self.run_actor.engine
+        self._handed_over = engine._follow_up_cancel(self.delegation_id, self._session, self.policy)
         return RemoteCancel.PENDING
 
 

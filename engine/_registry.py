@@ -53,7 +53,7 @@ def _positive(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
         raise RegistryError(f"{attribute.name} must be positive, got {value!r}")
 
 
-def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if value < 0:
         raise RegistryError(f"{attribute.name} must not be negative, got {value!r}")
 
@@ -69,12 +69,16 @@ class DelegationPolicy:
 
     `default_timeout` applies when the model asks for none; a model's `timeout_seconds` is
     clamped to `max_timeout`. `cancel_timeout` bounds the shielded remote cancel; after it the
-    delegation reports `cancel_pending`. `input_wait_timeout` bounds the wait for an answer.
+    delegation reports `cancel_pending` and the engine keeps retrying the cancel in the
+    background for `cancel_retry_window` (000 §15: remote tasks are still cancelled when the
+    run is gone). `input_wait_timeout` bounds the wait for an answer.
     """
 
     default_timeout: float = attrs.field(default=120.0, validator=_positive)
     max_timeout: float = attrs.field(default=600.0, validator=_positive)
     cancel_timeout: float = attrs.field(default=5.0, validator=_positive)
+    #: After an unconfirmed cancel, the engine keeps retrying it this long (0: give up at once).
+    cancel_retry_window: float = attrs.field(default=60.0, validator=_non_negative)
     poll_interval: float = attrs.field(default=1.0, validator=_positive)
     max_polls: int = attrs.field(default=100_000, validator=_non_negative)
     stream_recovery_attempts: int = attrs.field(default=1, validator=_non_negative)

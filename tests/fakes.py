@@ -55,7 +55,7 @@ class ScriptedTarget:
     resubscribe: list[Step] = attrs.field(factory=list)
     poll: list[Step] = attrs.field(factory=list)
     answer: list[Step] = attrs.field(factory=list)
-    cancel: str = "confirm"  # confirm | refuse | hang | raise
+    cancel: str = "confirm"  # confirm | refuse | hang | raise | hang-once
     capabilities: TargetCapabilities = attrs.field(factory=TargetCapabilities)
     calls: list[str] = attrs.field(factory=list)
     answers: list[Answer] = attrs.field(factory=list)
@@ -102,6 +102,9 @@ class _ScriptedSession:
     async def cancel(self) -> bool:
         self.target.calls.append("cancel")
         mode = self.target.cancel
+        if mode == "hang-once":
+            self.target.cancel = "confirm"
+            mode = "hang"
         if mode == "hang":
             await trio.sleep_forever()
         if mode == "raise":

@@ -501,3 +501,45 @@ def test_policy_clamps_requested_timeouts() -> None:
     assert policy.effective_timeout(None) == 60
     assert policy.effective_timeout(10_000) == 60
     assert policy.effective_timeout(5) == 5
+
+
+async def test_unconfirmed_cancel_is_retried_after_the_run_ends(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    target = ScriptedTarget(start=[[started(), "hang"]], cancel="hang-once")
+    async with Engine([spec(target, cancel_timeout=2, cancel_retry_window=30)]) as eng:
+        async with eng.open_run() as run:
+            handle = run.start_delegation(request())
+            await trio.testing.wait_all_tasks_blocked()
+            handle.cancel()
+            result = await handle.wait()
+        assert result.remote_cancel == RemoteCancel.PENDING
+        assert eng.cancel_followups[result.delegation_id] == "retrying"
+        assert target.closed == 0  # the engine still holds the session
+        await trio.sleep(5)  # one retry interval (2 s) plus the confirming call
+        assert eng.cancel_followups[result.delegation_id] == "confirmed_late"
+        assert target.calls == ["start", "cancel", "cancel"]
+        assert target.closed == 1
+
+
+async def test_follow_up_cancel_gives_up_after_its_window_and_never_holds_the_engine(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    target = ScriptedTarget(start=[[started(), "hang"], [started(), "hang"]], cancel="hang")
+    async with Engine([spec(target, cancel_timeout=2, cancel_retry_window=10)]) as eng:
+        async with eng.open_run() as run:
+            first = run.start_delegation(request())
+            await trio.testing.wait_all_tasks_blocked()
+            first.cancel()
+            await first.wait()
+        await trio.sleep(20)
+        assert eng.cancel_followups[first.delegation_id] == "abandoned"
+        assert target.closed == 1
+        async with eng.open_run() as run:
+            second = run.start_delegation(request())
+            await trio.testing.wait_all_tasks_blocked()
+        t0 = trio.current_time()
+    # Closing the engine ended the second follow-up at once instead of waiting out its window.
+    assert trio.current_time() - t0 < 1
+    assert eng.cancel_followups[second.delegation_id] == "abandoned"
+    assert target.closed == 2
