@@ -653,11 +653,16 @@ class DelegationActor:
         await self._call(self._session.answer, answer)
 
     async def _publish(self, events: list[DelegationEvent]) -> None:
+        # Shielded: the state machine already moved past these events, so a cancel arriving
+        # between two of them must not lose the rest (an opened message, a terminal). The wait
+        # is bounded: the run's writer is itself shielded and always drains the mailbox.
         run = self.run_actor
-        for event in events:
-            if event.is_terminal and self.state.result is not None:
-                run.record(self.state.result)  # recorded before anyone can see the terminal
-            await run.publish(event)
+        with trio.CancelScope(shield=True):
+            for event in events:
+                if event.is_terminal and self.state.result is not None:
+                    run.record(self.state.result)  # recorded before anyone sees the terminal
+                await run.publish(event)
+        await trio.lowlevel.checkpoint_if_cancelled()
 
     async def _conclude(self, timed_out: bool) -> None:
         """Shielded: make sure the delegation has exactly one terminal, journaled and recorded."""

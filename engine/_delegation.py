@@ -133,6 +133,9 @@ class DelegationState:
         if self.terminal_kind is not None:
             self.ignored_after_terminal += 1
             return []
+        if self._redactor:
+            # Redact at the boundary: everything derived (events, result, errors) is then clean.
+            update = self._redact_update(update)
         out: list[DelegationEvent] = []
         self._learn_ids(update)
         kind = update.kind
@@ -156,7 +159,7 @@ class DelegationState:
             out.append(self._event(Kind.INPUT_REQUIRED, update, status=self.status))
         elif kind == Kind.FINISHED:
             if update.text:
-                self._summary = self._redactor.text(update.text)
+                self._summary = update.text
             self._finish(out, Status.COMPLETED, None, update)
         elif kind == Kind.FAILED:
             error = update.error or DelegationError(
@@ -226,7 +229,8 @@ class DelegationState:
         out: list[DelegationEvent] = []
         if not self.started:
             self._start(out, None)
-        self._status(out, status, TargetUpdate(kind=Kind.STATUS, status=status, text=text))
+        update = TargetUpdate(kind=Kind.STATUS, status=status, text=text)
+        self._status(out, status, self._redact_update(update) if self._redactor else update)
         return out
 
     # -- internals -----------------------------------------------------------------------
@@ -303,6 +307,7 @@ class DelegationState:
         self, out: list[DelegationEvent], message_id: str, update: TargetUpdate | None
     ) -> None:
         open_message = self._open.pop(message_id)
+        # Redacted again whole: a secret split across two deltas is only visible joined.
         text = self._redactor.text("".join(open_message.parts))
         if open_message.family == "text" and text:
             self._messages.append(ResultMessage(role=open_message.role, text=text))
@@ -374,12 +379,14 @@ class DelegationState:
             Status.CANCELLED: Kind.CANCELLED,
         }[status]
         if error is not None:
-            error = DelegationError(
-                code=error.code,
-                message=self._redactor.text(error.message),
-                retryable=error.retryable,
-                remote_status=error.remote_status or self.status,
-                metadata=error.metadata,
+            error = self._redact_model(
+                DelegationError(
+                    code=error.code,
+                    message=error.message,
+                    retryable=error.retryable,
+                    remote_status=error.remote_status or self.status,
+                    metadata=error.metadata,
+                )
             )
         self._result = self._build(status, error, remote_cancel)
         self.terminal_kind = kind
@@ -427,6 +434,18 @@ class DelegationState:
             metadata=metadata or None,
         )
 
+    def _redact_update(self, update: TargetUpdate) -> TargetUpdate:
+        text = self._redactor.text
+        value = self._redactor.value
+        changes: dict[str, Any] = {
+            name: text(field) if isinstance(field, str) else value(field)
+            for name, field in attrs.asdict(update, recurse=False).items()
+            if isinstance(field, str | dict | list)
+        }
+        changes["artifact"] = self._redact_model(update.artifact)
+        changes["error"] = self._redact_model(update.error)
+        return attrs.evolve(update, **changes)
+
     def _redact_model(self, value: Any) -> Any:
         if isinstance(value, ArtifactRef):
             return ArtifactRef(
@@ -443,7 +462,7 @@ class DelegationState:
                 code=value.code,
                 message=self._redactor.text(value.message),
                 retryable=value.retryable,
-                remote_status=value.remote_status,
+                remote_status=value.remote_status and self._redactor.text(value.remote_status),
                 metadata=self._redactor.value(value.metadata),
             )
         return value
@@ -472,11 +491,6 @@ class DelegationState:
                 "raw": update.raw,
             }
         base.update(fields)
-        if self._redactor:
-            base = self._redactor.value(base)
-            for name in ("artifact", "error"):
-                if base.get(name) is not None:
-                    base[name] = self._redact_model(base[name])
         return DelegationEvent(
             kind=kind,
             run_id=ident.run_id,
