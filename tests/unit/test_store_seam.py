@@ -1,0 +1,68 @@
+"""The journal's storage seam: a store of the host's own plugs in without touching actors.
+
+The store here keeps everything (no window) and records each batch write, the way a durable
+store (Redis Streams) would pipeline one write per batch. Everything the actors publish must go
+through it, and a reader catching up must read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import trio
+
+from engine import (
+    DelegationRequest,
+    Engine,
+    EngineLimits,
+    JournalEntry,
+    Kind,
+    Status,
+)
+from tests.fakes import ScriptedTarget, delta, finished, started
+from tests.unit.test_actors import spec
+
+
+class RecordingStore:
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.entries: list[JournalEntry] = []
+        self.writes = 0
+        self.reads = 0
+
+    async def append(self, entries: Sequence[JournalEntry]) -> None:
+        await trio.lowlevel.checkpoint()  # a real store awaits its network
+        assert [e.cursor for e in entries] == list(
+            range(len(self.entries) + 1, len(self.entries) + 1 + len(entries))
+        ), "cursors continue without holes"
+        self.entries.extend(entries)
+        self.writes += 1
+
+    async def read_after(self, cursor: int, max_entries: int) -> list[JournalEntry]:
+        await trio.lowlevel.checkpoint()
+        self.reads += 1
+        return self.entries[cursor : cursor + max_entries]
+
+
+async def test_a_custom_store_receives_every_entry_and_serves_replay() -> None:
+    stores: dict[str, RecordingStore] = {}
+
+    def factory(run_id: str, limits: EngineLimits) -> RecordingStore:
+        stores[run_id] = RecordingStore(run_id)
+        return stores[run_id]
+
+    target = ScriptedTarget(start=[[started(), delta("a"), delta("b"), finished("done")]])
+    async with Engine([spec(target)], store_factory=factory) as eng:
+        async with eng.open_run() as run:
+            result = await run.delegate(DelegationRequest(agent="remote", objective="x"))
+        async with eng.journal(run.run_id).subscribe() as sub:  # type: ignore[union-attr]
+            replayed = [entry async for entry in sub]
+    store = stores[run.run_id]
+    assert result.status == Status.COMPLETED
+    assert store.writes >= 1 and store.reads >= 1
+    assert [e.cursor for e in store.entries] == list(range(1, len(store.entries) + 1))
+    assert store.entries[0].event.kind == Kind.RUN_STARTED
+    assert store.entries[-1].event.kind == Kind.RUN_FINISHED
+    assert [e.cursor for e in replayed][-1] == store.entries[-1].cursor
+    text = "".join(e.event.delta or "" for e in replayed if e.event.kind == Kind.TEXT_DELTA)
+    assert text == "ab"
