@@ -294,6 +294,7 @@ class RunActor:
         self._active: dict[str, DelegationActor] = {}
         self._results: OrderedDict[str, DelegationResult] = OrderedDict()
         self._sequence = itertools.count(1)
+        self.store_errors = 0
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -345,7 +346,13 @@ class RunActor:
                     batch = await self.mailbox.receive_batch()
                 except trio.EndOfChannel:
                     return
-                await self.journal.append_entries(batch)
+                try:
+                    await self.journal.append_entries(batch)
+                except Exception as exc:
+                    # A failing store must not take the engine down with it; what its readers
+                    # miss shows up as a replay gap.
+                    self.store_errors += 1
+                    log.error("run %s: journal store failed: %r", self.run_id, exc)
                 self.mailbox.acknowledge(batch)
 
     # -- publishing ----------------------------------------------------------------------

@@ -273,8 +273,11 @@ class RunJournal:
             self._admit(entry, admitted)
         if not admitted:
             return admitted
-        await self.store.append(admitted)
-        self._publish(admitted)
+        try:
+            await self.store.append(admitted)
+        finally:
+            # Live readers get the entries even if the store failed (replay will lack them).
+            self._publish(admitted)
         return admitted
 
     def _admit(self, entry: JournalEntry, out: list[JournalEntry]) -> None:

@@ -109,7 +109,7 @@ class EngineLimits:
     subscriber_buffer_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     run_mailbox_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     #: Closed runs whose journals and results stay readable (for reconnecting viewers).
-    retained_closed_runs: int = attrs.field(default=256, validator=_non_negative)
+    retained_closed_runs: int = attrs.field(default=64, validator=_non_negative)
 
 
 def _agent_key(_: Any, __: Any, value: str) -> None:

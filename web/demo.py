@@ -122,6 +122,8 @@ def _describe(entry: JournalEntry) -> str:
     event = entry.event
     who = f"[{event.agent_key}]" if event.agent_key else "[parent]"
     status = event.status and (f"{event.status}: {event.text}" if event.text else event.status)
+    if isinstance(event.result, dict) and "delegation_id" in event.result:
+        status = f"{event.result.get('status')} ({event.result['delegation_id']})"
     detail = (
         event.delta
         or status

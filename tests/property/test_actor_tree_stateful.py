@@ -353,10 +353,13 @@ class ActorTreeMachine(RuleBasedStateMachine):
             pass  # the agent has ended (or never ran: refused or cancelled before it started)
 
     @precondition(lambda self: any(not h.finished for h in self.handles.values()))
-    @rule(index=st.integers(0, 99), command=commands)
-    def step(self, index: int, command: Command) -> None:
+    @rule(index=st.integers(0, 99), script=st.lists(commands, min_size=1, max_size=3))
+    def step(self, index: int, script: list[Command]) -> None:
+        """Give one running delegation a few commands, letting each settle."""
         did = self.unfinished()[index % len(self.unfinished())]
-        self.loop.settle(lambda: self._send(did, command))
+        for command in script:
+            self.loop.settle(lambda command=command: self._send(did, command))
+            note_event(f"step: {command.op}")
 
     @precondition(lambda self: any(not h.finished for h in self.handles.values()))
     @rule(index=st.integers(0, 99), command=commands, checkpoints=st.integers(0, 4))
@@ -382,13 +385,13 @@ class ActorTreeMachine(RuleBasedStateMachine):
         self.loop.settle(lambda: self.handles[did].cancel("user pressed stop"))
 
     @precondition(lambda self: bool(self.handles))
-    @rule(index=st.integers(0, 99), prefer_waiting=st.booleans())
-    def answer(self, index: int, prefer_waiting: bool) -> None:
-        """Answer a delegation; only one whose agent is asking may accept it."""
+    @rule(index=st.integers(0, 99), any_delegation=st.integers(0, 3))
+    def answer(self, index: int, any_delegation: int) -> None:
+        """Answer a delegation (mostly one whose agent is asking, the only kind that accepts)."""
 
         def answer() -> tuple[str, bool, str | None]:
             asking = [did for did in self.handles if did in self.world.asking]
-            candidates = asking if prefer_waiting and asking else list(self.handles)
+            candidates = asking if asking and any_delegation else list(self.handles)
             did = candidates[index % len(candidates)]
             waiting = did in self.world.asking
             try:
@@ -420,7 +423,7 @@ class ActorTreeMachine(RuleBasedStateMachine):
         self.loop.call(reader.read_available, max_entries)
 
     @precondition(lambda self: not self.run_cancelled)
-    @rule(dice=st.integers(0, 14))
+    @rule(dice=st.integers(0, 29))
     def cancel_run(self, dice: int) -> None:
         if dice:
             return  # rarely

@@ -66,3 +66,35 @@ async def test_a_custom_store_receives_every_entry_and_serves_replay() -> None:
     assert [e.cursor for e in replayed][-1] == store.entries[-1].cursor
     text = "".join(e.event.delta or "" for e in replayed if e.event.kind == Kind.TEXT_DELTA)
     assert text == "ab"
+
+
+class FailingStore(RecordingStore):
+    async def append(self, entries: Sequence[JournalEntry]) -> None:
+        await trio.lowlevel.checkpoint()
+        raise OSError("disk full")
+
+
+async def test_a_failing_store_does_not_take_the_run_or_engine_down() -> None:
+    target = ScriptedTarget(start=[[started(), finished("done")]])
+    eng = Engine([spec(target)], store_factory=lambda run_id, limits: FailingStore(run_id))
+    async with eng, eng.open_run() as run:
+        result = await run.delegate(DelegationRequest(agent="remote", objective="x"))
+    assert result.status == Status.COMPLETED
+    assert run._actor.store_errors >= 1
+
+
+async def test_live_readers_still_get_entries_the_store_failed_to_keep() -> None:
+    from engine import DelegationEvent, RunJournal
+
+    journal = RunJournal("r", store=FailingStore("r"))
+    sub = journal.subscribe()
+    await sub._catch_up()  # attach live before anything is appended
+    for kind in (Kind.RUN_STARTED, Kind.RUN_FINISHED):
+        try:
+            await journal.append(DelegationEvent(kind=kind, run_id="r"))
+        except OSError:
+            pass
+    assert [e.event.kind for e in await sub.receive_batch()] == [
+        Kind.RUN_STARTED,
+        Kind.RUN_FINISHED,
+    ]
