@@ -171,7 +171,8 @@ class Engine:
             outcome, reason = Kind.RUN_CANCELLED, "The run's caller was cancelled."
             raise
         except BaseException as exc:
-            outcome, reason = Kind.RUN_FAILED, f"{type(exc).__name__}: {exc}"
+            reason = self._redactor.text(f"{type(exc).__name__}: {exc}"[:2000])
+            outcome = Kind.RUN_FAILED
             raise
         finally:
             actor.request_close(outcome, reason)

@@ -543,3 +543,19 @@ async def test_follow_up_cancel_gives_up_after_its_window_and_never_holds_the_en
     assert trio.current_time() - t0 < 1
     assert eng.cancel_followups[second.delegation_id] == "abandoned"
     assert target.closed == 2
+
+
+async def test_run_failure_reason_is_redacted() -> None:
+    secret = "sk-LIVE-0123456789"
+    target = ScriptedTarget()
+    agents = [AgentSpec(key="remote", target=target, secrets=(secret,))]
+    async with Engine(agents) as eng:
+        with pytest.raises(RuntimeError):
+            async with eng.open_run() as run:
+                raise RuntimeError(f"parent crashed holding {secret}")
+        entries = await collect(eng.journal(run.run_id))
+    from engine import to_json
+
+    assert entries[-1].event.kind == Kind.RUN_FAILED
+    assert all(secret not in to_json(e.event) for e in entries)
+    assert "[REDACTED]" in (entries[-1].event.text or "")
