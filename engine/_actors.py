@@ -354,7 +354,7 @@ class RunActor:
                     # miss shows up as a replay gap.
                     self.store_errors += 1
                     log.error("run %s: journal store failed: %r", self.run_id, exc)
-                self.mailbox.acknowledge(batch)
+                self.mailbox.acknowledge()
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -695,9 +695,6 @@ class DelegationActor:
                         remote_cancel=remote_cancel,
                         reason=self.cancel_reason or "The delegation was cancelled.",
                     )
-                if remote_cancel == RemoteCancel.PENDING and state.result is not None:
-                    # cancelled() announces cancel_pending itself; failures say it in the status.
-                    pass
                 with trio.move_on_after(RUN_CLOSE_TIMEOUT):
                     await self._publish(events)
             with trio.move_on_after(RUN_CLOSE_TIMEOUT):

@@ -473,7 +473,7 @@ class LaneBuffer:
         """Wake consumers parked in `wait_readable()` so they re-check their own state."""
         self._receivers.unpark_all()
 
-    def acknowledge(self, batch: list[JournalEntry] | None = None) -> None:
+    def acknowledge(self) -> None:
         """The consumer has fully handled everything it received so far; wakes `flush()`."""
         self._acked = self._received_mark
         if self._flushers:
