@@ -554,6 +554,9 @@ class DelegationActor:
 
     async def _execute(self) -> None:
         target = self.spec.target
+        prepare = getattr(target, "prepare", None)
+        if prepare is not None:
+            await prepare()  # e.g. fetch and validate a remote agent card (cached by the target)
         caps = target.capabilities
         stream = caps.streaming and self.request.stream is not False
         if self.policy.require_streaming and not caps.streaming:

@@ -135,7 +135,11 @@ class TargetSession(Protocol):
 
 
 class Target(Protocol):
-    """A host-registered agent implementation (A2A, AG-UI, in-process, ...)."""
+    """A host-registered agent implementation (A2A, AG-UI, in-process, ...).
+
+    A target may also define `async def prepare(self) -> None`: the delegation actor awaits it
+    before reading `capabilities` (a remote target fetches and validates its card there, raising
+    `DelegationError` such as `agent_unavailable`)."""
 
     @property
     def capabilities(self) -> TargetCapabilities: ...

@@ -559,3 +559,17 @@ async def test_run_failure_reason_is_redacted() -> None:
     assert entries[-1].event.kind == Kind.RUN_FAILED
     assert all(secret not in to_json(e.event) for e in entries)
     assert "[REDACTED]" in (entries[-1].event.text or "")
+
+
+async def test_prepare_runs_before_capabilities_and_its_error_is_typed() -> None:
+    class Unreachable(ScriptedTarget):
+        async def prepare(self) -> None:
+            self.calls.append("prepare")
+            raise DelegationError(code=ErrorCode.AGENT_UNAVAILABLE, message="card fetch failed")
+
+    target = Unreachable()
+    async with open_run([spec(target)]) as run:
+        result = await run.delegate(request())
+    assert target.calls == ["prepare"]
+    assert result.error is not None and result.error.code == ErrorCode.AGENT_UNAVAILABLE
+    assert result.remote_cancel == RemoteCancel.NOT_NEEDED
