@@ -103,6 +103,7 @@ class Engine:
         #: `retrying`, `confirmed_late` or `abandoned` (audit trail of 000 §15's cleanup).
         self.cancel_followups: dict[str, str] = {}
         self._follow_up_scopes: set[trio.CancelScope] = set()
+        self._follow_up_done: dict[str, trio.Event] = {}
 
     async def __aenter__(self) -> Engine:
         self._nursery_cm = trio.open_nursery()
@@ -188,6 +189,7 @@ class Engine:
         if self._nursery is None or policy.cancel_retry_window <= 0:
             return False
         self.cancel_followups[delegation_id] = "retrying"
+        self._follow_up_done[delegation_id] = trio.Event()
         self._nursery.start_soon(
             self._retry_cancel, delegation_id, session, policy, name=f"cancel {delegation_id}"
         )
@@ -213,6 +215,7 @@ class Engine:
         finally:
             self._follow_up_scopes.discard(scope)
             self.cancel_followups[delegation_id] = outcome
+            self._follow_up_done.pop(delegation_id, trio.Event()).set()
             log.log(
                 logging.INFO if outcome == "confirmed_late" else logging.WARNING,
                 "remote cancel of delegation %s: %s",
@@ -224,6 +227,13 @@ class Engine:
                     await session.aclose()
                 except Exception:
                     pass
+
+    async def wait_cancel_followup(self, delegation_id: str) -> str:
+        """Wait until the follow-up of an unconfirmed cancel ended; returns its outcome."""
+        done = self._follow_up_done.get(delegation_id)
+        if done is not None:
+            await done.wait()
+        return self.cancel_followups.get(delegation_id, "none")
 
     def _retire(self, actor: RunActor) -> None:
         self._runs.pop(actor.run_id, None)

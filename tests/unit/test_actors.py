@@ -516,7 +516,9 @@ async def test_unconfirmed_cancel_is_retried_after_the_run_ends(
         assert result.remote_cancel == RemoteCancel.PENDING
         assert eng.cancel_followups[result.delegation_id] == "retrying"
         assert target.closed == 0  # the engine still holds the session
-        await trio.sleep(5)  # one retry interval (2 s) plus the confirming call
+        t0 = trio.current_time()
+        assert await eng.wait_cancel_followup(result.delegation_id) == "confirmed_late"
+        assert trio.current_time() - t0 == pytest.approx(2)  # one retry interval
         assert eng.cancel_followups[result.delegation_id] == "confirmed_late"
         assert target.calls == ["start", "cancel", "cancel"]
         assert target.closed == 1
