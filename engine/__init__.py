@@ -34,6 +34,7 @@ from engine._lanes import JournalEntry, LaneBuffer, LaneStatistics, event_weight
 from engine._redact import REDACTED, Redactor
 from engine._registry import (
     AgentSpec,
+    ContextPolicy,
     DelegationPolicy,
     DelegationRequest,
     EngineLimits,
@@ -84,6 +85,7 @@ __all__ = [
     "VOLATILE",
     "AgentSpec",
     "Answer",
+    "ContextPolicy",
     "ArtifactRef",
     "CursorError",
     "DelegationActor",

@@ -42,6 +42,7 @@ from engine._lanes import JournalEntry, LaneBuffer
 from engine._redact import Redactor
 from engine._registry import (
     AgentSpec,
+    ContextPolicy,
     DelegationPolicy,
     DelegationRequest,
     EngineLimits,
@@ -104,6 +105,8 @@ class Engine:
         self.cancel_followups: dict[str, str] = {}
         self._follow_up_scopes: set[trio.CancelScope] = set()
         self._follow_up_done: dict[str, trio.Event] = {}
+        #: (parent thread id, agent key) -> remote context id, for sticky_per_parent_thread_agent.
+        self._thread_contexts: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     async def __aenter__(self) -> Engine:
         self._nursery_cm = trio.open_nursery()
@@ -144,7 +147,11 @@ class Engine:
 
     @asynccontextmanager
     async def open_run(
-        self, *, run_id: str | None = None, metadata: Mapping[str, Any] | None = None
+        self,
+        *,
+        run_id: str | None = None,
+        thread_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> AsyncIterator[Run]:
         """Open a run; yields its `Run` handle.
 
@@ -158,7 +165,7 @@ class Engine:
         run_id = run_id or self.new_id("run")
         if run_id in self._runs or run_id in self._closed_runs:
             raise ValueError(f"run id {run_id!r} is already in use")
-        actor = RunActor(self, run_id, metadata or {})
+        actor = RunActor(self, run_id, metadata or {}, thread_id=thread_id)
         self._runs[run_id] = actor
         await self._nursery.start(actor.run)
         outcome = Kind.RUN_FINISHED
@@ -282,9 +289,18 @@ async def open_run(
 class RunActor:
     """One run: its journal, its mailbox and writer, and its delegation actors."""
 
-    def __init__(self, engine: Engine, run_id: str, metadata: Mapping[str, Any]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        run_id: str,
+        metadata: Mapping[str, Any],
+        *,
+        thread_id: str | None = None,
+    ) -> None:
         self.engine = engine
         self.run_id = run_id
+        self.thread_id = thread_id
+        self._run_contexts: dict[str, str] = {}  # agent key -> remote context id
         self.metadata = dict(metadata)
         limits = engine.limits
         self.journal = RunJournal(
@@ -452,6 +468,28 @@ class RunActor:
     def record(self, result: DelegationResult) -> None:
         self._results[result.delegation_id] = result
 
+    def context_for(self, spec: AgentSpec) -> str | None:
+        """The remote context a new delegation to `spec` continues, per its context policy."""
+        policy = spec.policy.context_policy
+        if policy == ContextPolicy.STICKY_PER_RUN_AGENT:
+            return self._run_contexts.get(spec.key)
+        if policy == ContextPolicy.STICKY_PER_PARENT_THREAD_AGENT and self.thread_id:
+            return self.engine._thread_contexts.get((self.thread_id, spec.key))
+        return None
+
+    def remember_context(self, spec: AgentSpec, context_id: str | None) -> None:
+        if not context_id:
+            return
+        policy = spec.policy.context_policy
+        if policy == ContextPolicy.STICKY_PER_RUN_AGENT:
+            self._run_contexts[spec.key] = context_id
+        elif policy == ContextPolicy.STICKY_PER_PARENT_THREAD_AGENT and self.thread_id:
+            contexts = self.engine._thread_contexts
+            contexts[(self.thread_id, spec.key)] = context_id
+            contexts.move_to_end((self.thread_id, spec.key))
+            while len(contexts) > 10_000:
+                contexts.popitem(last=False)
+
     def delegations(self) -> list[DelegationResult]:
         out = []
         for delegation_id, result in self._results.items():
@@ -582,6 +620,7 @@ class DelegationActor:
             policy=self.policy,
             timeout=self.timeout,
             stream=stream,
+            remote_context_id=self.run_actor.context_for(self.spec),
         )
         assert self.nursery is not None
         self._session = target.open_session(task, self.nursery)
@@ -683,7 +722,10 @@ class DelegationActor:
                 if event.is_terminal and self.state.result is not None:
                     run.record(self.state.result)  # recorded before anyone sees the terminal
                 await run.publish(event)
-        await trio.lowlevel.checkpoint_if_cancelled()
+        # No checkpoint here on purpose: if this publish made the actor cancel the session's
+        # scope, the Cancelled should surface at the session's next await (inside a remote
+        # stream's `__anext__`, which unwinds and closes the SDK's nested generators) rather
+        # than in the session's loop body, where those generators would be left to the GC.
 
     async def _conclude(self, timed_out: bool) -> None:
         """Shielded: make sure the delegation has exactly one terminal, journaled and recorded."""
@@ -721,6 +763,7 @@ class DelegationActor:
         finally:
             if state.result is not None:
                 run.record(state.result)
+                run.remember_context(self.spec, state.result.remote_context_id)
             run._delegation_ended(self)
             self._answers_in.close()
             self.done.set()

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentSpec",
+    "ContextPolicy",
     "DelegationPolicy",
     "DelegationRequest",
     "EngineLimits",
@@ -33,6 +34,24 @@ __all__ = [
 
 class RegistryError(ValueError):
     """A host configuration mistake in the registry (bad or duplicate key, bad policy)."""
+
+
+class ContextPolicy:
+    """Which remote context a delegation continues (000 §14). Results always report the one used."""
+
+    #: A new remote context for every delegation (the safe default).
+    EPHEMERAL: Final = "ephemeral"
+    #: Reuse the remote context of the same agent within one run.
+    STICKY_PER_RUN_AGENT: Final = "sticky_per_run_agent"
+    #: Reuse it across runs of the same parent thread (`Engine.open_run(thread_id=...)`).
+    STICKY_PER_PARENT_THREAD_AGENT: Final = "sticky_per_parent_thread_agent"
+
+    ALL: Final = frozenset({EPHEMERAL, STICKY_PER_RUN_AGENT, STICKY_PER_PARENT_THREAD_AGENT})
+
+
+def _context_policy(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    if value not in ContextPolicy.ALL:
+        raise RegistryError(f"{attribute.name} must be one of {sorted(ContextPolicy.ALL)}")
 
 
 class InputRequiredMode:
@@ -89,6 +108,7 @@ class DelegationPolicy:
     max_artifact_bytes: int = attrs.field(default=10 << 20, validator=_non_negative)
     max_summary_chars: int = attrs.field(default=4000, validator=_non_negative)
     allow_remote_artifacts: bool = True
+    context_policy: str = attrs.field(default=ContextPolicy.EPHEMERAL, validator=_context_policy)
 
     def effective_timeout(self, requested: float | None) -> float:
         """The timeout a delegation gets: the request's (or `default_timeout`), clamped to

@@ -575,3 +575,43 @@ async def test_prepare_runs_before_capabilities_and_its_error_is_typed() -> None
     assert target.calls == ["prepare"]
     assert result.error is not None and result.error.code == ErrorCode.AGENT_UNAVAILABLE
     assert result.remote_cancel == RemoteCancel.NOT_NEEDED
+
+
+def echo_agent() -> InProcessTarget:
+    async def agent(task: LocalTask) -> str:
+        return "ok"
+
+    return InProcessTarget(agent)
+
+
+@pytest.mark.parametrize(
+    ("policy", "same_run", "same_thread", "other_thread"),
+    [
+        ("ephemeral", False, False, False),
+        ("sticky_per_run_agent", True, False, False),
+        ("sticky_per_parent_thread_agent", True, True, False),
+    ],
+)
+async def test_context_policies_choose_which_remote_context_continues(
+    policy: str, same_run: bool, same_thread: bool, other_thread: bool
+) -> None:
+    agents = [spec(echo_agent(), context_policy=policy)]
+    async with Engine(agents) as eng:
+        async with eng.open_run(thread_id="chat-1") as run:
+            first = await run.delegate(request())
+            second = await run.delegate(request())
+        async with eng.open_run(thread_id="chat-1") as run:
+            third = await run.delegate(request())
+        async with eng.open_run(thread_id="chat-2") as run:
+            fourth = await run.delegate(request())
+    assert first.remote_context_id
+    assert (second.remote_context_id == first.remote_context_id) is same_run
+    assert (third.remote_context_id == first.remote_context_id) is same_thread
+    assert (fourth.remote_context_id == first.remote_context_id) is other_thread
+
+
+def test_unknown_context_policy_is_a_configuration_error() -> None:
+    from engine import RegistryError
+
+    with pytest.raises(RegistryError, match="context_policy"):
+        DelegationPolicy(context_policy="forever")
