@@ -1,0 +1,685 @@
+"""Where A2A becomes engine updates: one remote task's stream, snapshots and replies (sans-IO).
+
+`A2AEventMapper` translates what an A2A 1.0 agent says about one delegated task (`StreamResponse`
+items of a stream or a resubscription, `Task` snapshots from `GetTask`, the reply of a
+non-streaming `SendMessage`) into protocol-neutral `TargetUpdate`s (000 §9). It performs no I/O,
+never awaits and imports no Trio: the session in `adapters.a2a._target` moves bytes and calls it.
+
+It owns the protocol-level guards the engine cannot see, because they need A2A's own fields:
+the task id (events about another task are ignored and counted), exact repeats of an event
+(ignored and counted), stale status snapshots (an older `status.timestamp` never overrides a
+newer one), what a snapshot adds to what was already seen (only new artifact parts, new text and
+changed statuses are emitted), and well-formedness (a payload it cannot read raises
+`DelegationError(malformed_remote_payload)`, never another exception). It must not repeat the
+rules of `engine._delegation.DelegationState`, which consumes its output: that one synthesizes a
+missing start, keeps exactly one terminal, opens and closes text messages, folds unchanged
+statuses and counts artifacts and their bytes against the policy.
+
+Theory of operation. The first item that names a task id teaches the mapper its task (and context)
+and yields `subagent.started` carrying the task's first status. Statuses map by `TaskState`;
+interrupted states become `subagent.input_required`, terminal ones `finished`, `failed` (with a
+typed `remote_failed` / `remote_rejected` error) or `cancelled`. A status message's text is the
+update's `text`, never a text delta: only what the remote streams as assistant output becomes
+`subagent.text.*` (artifacts named in `text_artifact_names`, and agent `Message`s; a `Message`
+while no task exists is a direct reply and also finishes the delegation). Every other
+artifact becomes an `ArtifactRef` by URI with the byte size of the chunk, its content never put
+into an update. Duplicates are recognised by the hash of the item's deterministic serialization
+within a window that resets when the task's state changes (a repeat after a change is a new
+transition, not a duplicate); an appended artifact chunk is only a duplicate of the item right
+before it, because the same text chunk twice ("\\n", "\\n") is ordinary streamed content.
+After an answer to an input request, `resume()` forgets the last status so that the same
+question asked again is heard again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+from urllib.parse import quote
+
+from a2a.types import (
+    Artifact,
+    Message,
+    Part,
+    Role,
+    SendMessageResponse,
+    StreamResponse,
+    Task,
+    TaskArtifactUpdateEvent,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from google.protobuf import (  # type: ignore[import-untyped, unused-ignore]
+    json_format,
+    struct_pb2,
+)
+from google.protobuf import message as proto_message  # type: ignore[import-untyped, unused-ignore]
+
+from engine import ArtifactRef, DelegationError, ErrorCode, Kind, TargetUpdate
+
+__all__ = ["DEFAULT_TEXT_ARTIFACT_NAMES", "A2AEventMapper", "status_of"]
+
+#: Artifact names that carry the remote's streamed assistant text (the seeds' `assistant-output`).
+DEFAULT_TEXT_ARTIFACT_NAMES: Final = frozenset({"assistant-output", "assistant_output", "response"})
+
+#: Distinct items remembered for duplicate detection, and artifacts tracked for snapshot diffs.
+DEDUPE_WINDOW: Final = 1024
+TRACKED_ARTIFACTS: Final = 4096
+TRACKED_MESSAGES: Final = 1024
+#: Remote metadata and status data parts larger than this (as JSON) are not carried.
+MAX_CARRIED_JSON_BYTES: Final = 4096
+#: A remote failure message is cut to this many characters.
+MAX_ERROR_CHARS: Final = 500
+
+_STATUS_OF: Final[dict[int, str]] = {
+    TaskState.TASK_STATE_SUBMITTED: "submitted",
+    TaskState.TASK_STATE_WORKING: "working",
+    TaskState.TASK_STATE_INPUT_REQUIRED: "input_required",
+    TaskState.TASK_STATE_AUTH_REQUIRED: "auth_required",
+    TaskState.TASK_STATE_COMPLETED: "completed",
+    TaskState.TASK_STATE_FAILED: "failed",
+    TaskState.TASK_STATE_CANCELED: "cancelled",
+    TaskState.TASK_STATE_REJECTED: "rejected",
+}
+_KNOWN_STATES: Final = frozenset(TaskState.values())
+_INTERRUPTED: Final = frozenset({"input_required", "auth_required"})
+_TERMINAL: Final = frozenset({"completed", "failed", "cancelled", "rejected"})
+_DEFAULT_FAILURE: Final = {
+    "failed": (ErrorCode.REMOTE_FAILED, "The remote agent reported that the task failed."),
+    "rejected": (ErrorCode.REMOTE_REJECTED, "The remote agent rejected the task."),
+}
+
+
+def status_of(state: int) -> str:
+    """The engine's status string for an A2A `TaskState` (`unknown` for unspecified or new ones)."""
+    return _STATUS_OF.get(state, "unknown")
+
+
+class _RecentKeys:
+    """A bounded set of recent keys, forgetting the oldest first."""
+
+    def __init__(self, limit: int) -> None:
+        self._limit = limit
+        self._keys: OrderedDict[bytes, None] = OrderedDict()
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._keys
+
+    def add(self, key: bytes) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+        while len(self._keys) > self._limit:
+            self._keys.popitem(last=False)
+
+    def clear(self) -> None:
+        self._keys.clear()
+
+
+class _ArtifactProgress:
+    """What was emitted of one artifact: its parts (as a running digest) or, for text, its text."""
+
+    __slots__ = ("closed", "digest", "is_text", "parts", "ref", "text_chars", "text_digest")
+
+    def __init__(self, *, is_text: bool) -> None:
+        self.is_text = is_text
+        self.ref: ArtifactRef | None = None  # as last emitted: later chunks often omit the name
+        self.closed = False
+        self.parts = 0
+        self.digest = hashlib.sha256()
+        self.text_chars = 0
+        self.text_digest = hashlib.sha256()
+
+    def reset(self) -> None:
+        self.closed = False
+        self.parts = 0
+        self.digest = hashlib.sha256()
+        self.text_chars = 0
+        self.text_digest = hashlib.sha256()
+
+    def add_parts(self, parts: Iterable[Part]) -> None:
+        for part in parts:
+            self.parts += 1
+            self.digest.update(_part_key(part))
+
+    def add_text(self, text: str) -> None:
+        self.text_chars += len(text)
+        self.text_digest.update(text.encode("utf-8"))
+
+    def extended_by(self, text: str) -> bool:
+        """Whether `text` starts with all the text emitted so far."""
+        if len(text) < self.text_chars:
+            return False
+        head = hashlib.sha256(text[: self.text_chars].encode("utf-8"))
+        return head.digest() == self.text_digest.digest()
+
+
+class A2AEventMapper:
+    """Translates one delegation's A2A traffic into `TargetUpdate`s. Not thread-safe.
+
+    Every method returns the updates to emit, in order (often none), or raises
+    `DelegationError(malformed_remote_payload)` for an item it cannot read; it raises nothing else.
+    `task_id` / `context_id` are what the remote said first; `terminal_state` is set once a
+    terminal status was mapped. Counters say what was ignored, and why.
+    """
+
+    def __init__(
+        self,
+        *,
+        text_artifact_names: Iterable[str] = DEFAULT_TEXT_ARTIFACT_NAMES,
+        card_fingerprint: str | None = None,
+        streaming: bool = True,
+    ) -> None:
+        self.text_artifact_names = frozenset(text_artifact_names)
+        #: False for an agent that is polled: its assistant output arrives whole in snapshots,
+        #: and turning it into text deltas would invent streaming (000 §19 scenario 2). It is
+        #: then an artifact reference, and its text the summary when the remote gives none.
+        self.streaming = streaming
+        self._output_text: list[str] = []
+        self.card_fingerprint = card_fingerprint
+        self.task_id: str | None = None
+        self.context_id: str | None = None
+        #: The last status mapped (`working`, `input_required`, ...), None before any.
+        self.status: str | None = None
+        self.terminal_state: str | None = None
+        #: Items about another task than `task_id`.
+        self.ignored_foreign = 0
+        #: Exact repeats of an item already seen (see the module docstring for the window).
+        self.ignored_duplicates = 0
+        #: Statuses older (by `status.timestamp`) than one already mapped.
+        self.ignored_stale = 0
+        self._started = False
+        self._status_seen: tuple[str, str | None] | None = None
+        self._status_time: tuple[int, int] | None = None
+        self._recent = _RecentKeys(DEDUPE_WINDOW)
+        self._previous: bytes | None = None
+        self._artifacts: OrderedDict[str, _ArtifactProgress] = OrderedDict()
+        self._messages = _RecentKeys(TRACKED_MESSAGES)
+        self._anonymous_messages = 0
+
+    # -- public surface -----------------------------------------------------------------------
+
+    def feed(self, response: StreamResponse) -> list[TargetUpdate]:
+        """Updates for one item of a `SendStreamingMessage` or `SubscribeToTask` stream."""
+        if not isinstance(response, StreamResponse):
+            raise _malformed(f"expected a StreamResponse, got {type(response).__name__}")
+        which = response.WhichOneof("payload")
+        if which is None:
+            raise _malformed("a stream item has no payload (task, message or update)")
+        if which not in ("task", "message", "status_update", "artifact_update"):
+            raise _malformed(f"a stream item has an unknown payload {which!r}")
+        task_id = _task_id_of(response, which)
+        if self._foreign(task_id):
+            return []
+        key = hashlib.blake2b(response.SerializeToString(deterministic=True), digest_size=16)
+        digest = key.digest()
+        appended = which == "artifact_update" and response.artifact_update.append
+        repeated = digest == self._previous if appended else digest in self._recent
+        self._previous = digest
+        if repeated:
+            self.ignored_duplicates += 1
+            return []
+        if which == "task":
+            out = self._task(response.task)
+        elif which == "message":
+            out = self._message(response.message)
+        elif which == "status_update":
+            out = self._status_update(response.status_update)
+        else:
+            out = self._artifact_update(response.artifact_update)
+        if not appended:
+            # After the mapping: a state change clears the window, then this item joins it.
+            self._recent.add(digest)
+        return out
+
+    def snapshot(self, task: Task) -> list[TargetUpdate]:
+        """Updates for a `Task` read with `GetTask` (or first sent by `SubscribeToTask`).
+
+        Only what the snapshot adds is emitted: artifacts or parts not seen yet, text beyond what
+        was streamed, a status different from the last one (and not older than it). The task's
+        `history` is not replayed: it mixes the caller's own messages with earlier status
+        messages, so turning it into text would invent output the remote never streamed.
+        """
+        if not isinstance(task, Task):
+            raise _malformed(f"expected a Task, got {type(task).__name__}")
+        if self._foreign(task.id):
+            return []
+        return self._task(task)
+
+    def from_send_response(
+        self, response: SendMessageResponse | StreamResponse | Task | Message
+    ) -> list[TargetUpdate]:
+        """Updates for the reply of a non-streaming `SendMessage`: a Task, or a direct Message.
+
+        A direct reply (a `Message` with no task) is the whole interaction: its text is emitted
+        as one message and the delegation finishes. The a2a-sdk client hands non-streaming
+        replies over as `StreamResponse`s; those go through `feed`.
+        """
+        if isinstance(response, StreamResponse):
+            return self.feed(response)
+        if isinstance(response, SendMessageResponse):
+            which = response.WhichOneof("payload")
+            if which == "task":
+                return self.snapshot(response.task)
+            if which == "message":
+                return self._reply(response.message)
+            raise _malformed("a SendMessage reply has neither a task nor a message")
+        if isinstance(response, Task):
+            return self.snapshot(response)
+        if isinstance(response, Message):
+            return self._reply(response)
+        raise _malformed(f"expected a SendMessage reply, got {type(response).__name__}")
+
+    def resume(self) -> None:
+        """An answer to an input request was sent: the remote's next statuses are news.
+
+        Call it when continuing the task; a remote that asks the same question again right away
+        (same state, same text, same bytes) is then heard again instead of being folded away.
+        """
+        self._status_seen = None
+        self._recent.clear()
+        self._previous = None
+
+    def _reply(self, message: Message) -> list[TargetUpdate]:
+        if self._foreign(message.task_id):
+            return []
+        return self._message(message)
+
+    # -- guards -------------------------------------------------------------------------------
+
+    def _foreign(self, task_id: str) -> bool:
+        """Whether an item is about another task than the one learned (no id: it is ours)."""
+        if task_id and self.task_id is not None and task_id != self.task_id:
+            self.ignored_foreign += 1
+            return True
+        return False
+
+    def _learn(
+        self,
+        out: list[TargetUpdate],
+        task_id: str,
+        context_id: str,
+        status: TaskStatus | None = None,
+    ) -> None:
+        """Learn the ids; the first item naming a task opens the delegation with its status."""
+        if context_id and self.context_id is None:
+            self.context_id = context_id
+        if task_id and self.task_id is None:
+            self.task_id = task_id
+        if self.task_id is None or self._started:
+            return
+        self._started = True
+        name = None
+        if status is not None:
+            name = self.status = status_of(status.state)
+            if name not in _INTERRUPTED and name not in _TERMINAL:
+                # `subagent.started` carries the first status: a plain repeat of it adds nothing.
+                self._status_seen = (name, None)
+        out.append(self._update(Kind.STARTED, status=name, card_fingerprint=self.card_fingerprint))
+
+    # -- items --------------------------------------------------------------------------------
+
+    def _task(self, task: Task) -> list[TargetUpdate]:
+        if not task.id:
+            raise _malformed("a task has no id")
+        out: list[TargetUpdate] = []
+        status = task.status if task.HasField("status") else None
+        self._learn(out, task.id, task.context_id, status)
+        for artifact in task.artifacts:
+            # Before the status: a terminal status ends the delegation, its artifacts come first.
+            out.extend(self._artifact_snapshot(artifact))
+        if status is not None:
+            out.extend(self._status(status))
+        return out
+
+    def _status_update(self, event: TaskStatusUpdateEvent) -> list[TargetUpdate]:
+        if not event.HasField("status"):
+            raise _malformed("a status update has no status")
+        out: list[TargetUpdate] = []
+        self._learn(out, event.task_id, event.context_id, event.status)
+        out.extend(self._status(event.status))
+        return out
+
+    def _status(self, status: TaskStatus) -> list[TargetUpdate]:
+        """The update for one status, unless it is stale or repeats the last one."""
+        name = status_of(status.state)
+        if status.HasField("timestamp"):
+            when = (status.timestamp.seconds, status.timestamp.nanos)
+            stale = self._status_time is not None and when < self._status_time
+            if stale and name not in _TERMINAL:  # nothing supersedes a terminal state
+                self.ignored_stale += 1
+                return []
+            if not stale:
+                self._status_time = when
+        message = status.message if status.HasField("message") else None
+        text = _message_text(message) if message is not None else None
+        if (name, text) == self._status_seen and name not in _TERMINAL:
+            return []
+        if name != self.status:
+            self._recent.clear()  # a repeat after a state change is a new transition
+        self.status = name
+        self._status_seen = (name, text)
+        fields: dict[str, Any] = {
+            "status": name,
+            "remote_message_id": (message.message_id or None) if message is not None else None,
+            "raw": _status_raw(status, message),
+        }
+        if name in _INTERRUPTED:
+            return [self._update(Kind.INPUT_REQUIRED, text=text, **fields)]
+        if name == "completed":
+            self.terminal_state = name
+            if not text and self._output_text:
+                text = "".join(self._output_text)
+            return [self._update(Kind.FINISHED, text=text, **fields)]
+        if name == "cancelled":
+            self.terminal_state = name
+            return [self._update(Kind.CANCELLED, text=text, **fields)]
+        if name in _DEFAULT_FAILURE:
+            self.terminal_state = name
+            code, default = _DEFAULT_FAILURE[name]
+            error = DelegationError(
+                code=code, message=_truncate(text) if text else default, remote_status=name
+            )
+            return [self._update(Kind.FAILED, error=error, **fields)]
+        return [self._update(Kind.STATUS, text=text, **fields)]
+
+    def _message(self, message: Message) -> list[TargetUpdate]:
+        """An agent message: one text message. One with no task is a direct reply, the end."""
+        out: list[TargetUpdate] = []
+        self._learn(out, message.task_id, message.context_id)
+        if message.role == Role.ROLE_USER:
+            return out
+        if message.message_id:
+            key = message.message_id.encode("utf-8")
+            if key in self._messages:
+                self.ignored_duplicates += 1
+                return out
+            self._messages.add(key)
+        text = _message_text(message)
+        if text is not None:
+            self._anonymous_messages += int(not message.message_id)
+            message_id = message.message_id or f"a2a-message-{self._anonymous_messages}"
+            common: dict[str, Any] = {"message_id": message_id, "remote_message_id": message_id}
+            out.append(self._update(Kind.TEXT_START, role="assistant", **common))
+            out.append(self._update(Kind.TEXT_DELTA, delta=text, **common))
+            out.append(self._update(Kind.TEXT_END, **common))
+        if self.task_id is None:
+            self.terminal_state = "completed"
+            out.append(self._update(Kind.FINISHED, status="completed"))
+        return out
+
+    # -- artifacts ----------------------------------------------------------------------------
+
+    def _artifact_update(self, event: TaskArtifactUpdateEvent) -> list[TargetUpdate]:
+        if not event.HasField("artifact"):
+            raise _malformed("an artifact update has no artifact")
+        artifact = event.artifact
+        if not artifact.artifact_id:
+            raise _malformed("an artifact update's artifact has no id")
+        out: list[TargetUpdate] = []
+        self._learn(out, event.task_id, event.context_id)
+        progress = self._progress(artifact)
+        if progress.is_text:
+            out.extend(self._text_chunk(artifact, progress, event.append, event.last_chunk))
+            return out
+        if not event.append:
+            progress.reset()
+        progress.add_parts(artifact.parts)
+        out.append(self._artifact(artifact, progress, artifact.parts, append=event.append))
+        return out
+
+    def _artifact_snapshot(self, artifact: Artifact) -> list[TargetUpdate]:
+        """What a snapshot's artifact adds to what was emitted of it (all of it if new)."""
+        if not artifact.artifact_id:
+            raise _malformed("a task's artifact has no id")
+        known = artifact.artifact_id in self._artifacts
+        progress = self._progress(artifact)
+        parts = list(artifact.parts)
+        if not self.streaming and artifact.name in self.text_artifact_names:
+            self._output_text = [_parts_text(parts)]  # a snapshot holds the whole artifact
+        if progress.is_text:
+            return self._text_whole(artifact, progress, _parts_text(parts))
+        if known and progress.parts <= len(parts):
+            prefix = hashlib.sha256()
+            for part in parts[: progress.parts]:
+                prefix.update(_part_key(part))
+            if prefix.digest() == progress.digest.digest():
+                new = parts[progress.parts :]
+                if not new:
+                    return []
+                progress.add_parts(new)
+                return [self._artifact(artifact, progress, new, append=True)]
+        progress.reset()
+        progress.add_parts(parts)
+        return [self._artifact(artifact, progress, parts, append=False)]
+
+    def _progress(self, artifact: Artifact) -> _ArtifactProgress:
+        """The artifact's progress. Whether it is text is decided on first sight: later chunks
+        of the same id often omit the name."""
+        progress = self._artifacts.get(artifact.artifact_id)
+        if progress is None:
+            output = artifact.name in self.text_artifact_names
+            progress = _ArtifactProgress(is_text=output and self.streaming)
+            self._artifacts[artifact.artifact_id] = progress
+            while len(self._artifacts) > TRACKED_ARTIFACTS:
+                self._artifacts.popitem(last=False)
+        self._artifacts.move_to_end(artifact.artifact_id)
+        return progress
+
+    def _text_chunk(
+        self, artifact: Artifact, progress: _ArtifactProgress, append: bool, last: bool
+    ) -> list[TargetUpdate]:
+        if append:
+            out: list[TargetUpdate] = []
+            for part in artifact.parts:
+                if part.WhichOneof("content") == "text" and part.text:
+                    progress.closed = False
+                    progress.add_text(part.text)
+                    out.append(self._text_update(Kind.TEXT_DELTA, artifact, delta=part.text))
+        else:
+            out = self._text_whole(artifact, progress, _parts_text(artifact.parts))
+        if last and not progress.closed:
+            progress.closed = True
+            out.append(self._text_update(Kind.TEXT_END, artifact))
+        return out
+
+    def _text_whole(
+        self, artifact: Artifact, progress: _ArtifactProgress, text: str
+    ) -> list[TargetUpdate]:
+        """The whole text of a text artifact (a replacing chunk, a snapshot): emit what is new.
+
+        A text that extends what was emitted (servers that resend the text so far) yields only
+        its new end; a text that contradicts it cannot be unsaid, so the message so far is closed
+        and the new text is emitted as a message of its own (same id, opened again).
+        """
+        out: list[TargetUpdate] = []
+        if progress.text_chars and not progress.extended_by(text):
+            if not progress.closed:
+                out.append(self._text_update(Kind.TEXT_END, artifact))
+            progress.reset()
+        new = text[progress.text_chars :]
+        if new:
+            progress.closed = False
+            progress.add_text(new)
+            out.append(self._text_update(Kind.TEXT_DELTA, artifact, delta=new))
+        return out
+
+    def _text_update(self, kind: str, artifact: Artifact, **fields: Any) -> TargetUpdate:
+        artifact_id = artifact.artifact_id
+        return self._update(
+            kind,
+            message_id=artifact_id,
+            remote_message_id=artifact_id,
+            remote_artifact_id=artifact_id,
+            role="assistant",
+            **fields,
+        )
+
+    def _artifact(
+        self,
+        artifact: Artifact,
+        progress: _ArtifactProgress,
+        parts: Sequence[Part],
+        *,
+        append: bool,
+    ) -> TargetUpdate:
+        """An artifact chunk by reference: what it is and how many bytes it carried, no content.
+
+        An appended chunk inherits what it leaves out (name, media type, URI...) from the
+        artifact as emitted before, because the engine keeps the latest reference it was given.
+        """
+        artifact_id = artifact.artifact_id
+        before = progress.ref if append else None
+        uri = next(
+            (p.url for p in artifact.parts if p.WhichOneof("content") == "url" and p.url), None
+        )
+        if uri is None and before is not None:
+            uri = before.uri
+        if uri is None:
+            task = quote(self.task_id or "-", safe="")
+            uri = f"a2a://{task}/artifacts/{quote(artifact_id, safe='')}"
+        metadata = _carried(artifact.metadata) if artifact.HasField("metadata") else None
+        ref = ArtifactRef(
+            id=artifact_id,
+            name=artifact.name or (before.name if before else None),
+            description=artifact.description or (before.description if before else None),
+            mime_type=_mime_type(artifact.parts) or (before.mime_type if before else None),
+            uri=uri,
+            metadata=metadata if metadata is not None else (before.metadata if before else None),
+        )
+        progress.ref = ref
+        return self._update(
+            Kind.ARTIFACT,
+            name=ref.name,
+            artifact=ref,
+            artifact_bytes=sum(_part_bytes(p) for p in parts),
+            artifact_append=append,
+            remote_artifact_id=artifact_id,
+        )
+
+    # -- building updates ---------------------------------------------------------------------
+
+    def _update(self, kind: str, **fields: Any) -> TargetUpdate:
+        return TargetUpdate(
+            kind=kind,
+            remote_task_id=self.task_id,
+            remote_context_id=self.context_id,
+            **fields,
+        )
+
+
+# -- reading parts ----------------------------------------------------------------------------
+
+
+def _malformed(problem: str) -> DelegationError:
+    return DelegationError(
+        code=ErrorCode.MALFORMED_REMOTE_PAYLOAD,
+        message=f"The remote A2A agent sent a malformed payload: {problem}.",
+    )
+
+
+def _task_id_of(response: StreamResponse, which: str) -> str:
+    if which == "task":
+        return response.task.id
+    if which == "message":
+        return response.message.task_id
+    if which == "status_update":
+        return response.status_update.task_id
+    return response.artifact_update.task_id
+
+
+def _message_text(message: Message) -> str | None:
+    """A message's text parts joined by newlines (as a2a-sdk's helpers do); None if none."""
+    texts = [p.text for p in message.parts if p.WhichOneof("content") == "text" and p.text]
+    return "\n".join(texts) if texts else None
+
+
+def _parts_text(parts: Sequence[Part]) -> str:
+    """The text of an artifact's parts: chunks of one stream, concatenated."""
+    return "".join(p.text for p in parts if p.WhichOneof("content") == "text")
+
+
+def _part_key(part: Part) -> bytes:
+    data = bytes(part.SerializeToString(deterministic=True))
+    return len(data).to_bytes(8, "big") + data
+
+
+def _part_bytes(part: Part) -> int:
+    """Content bytes a part carries inline (a URL part's content lives elsewhere)."""
+    which = part.WhichOneof("content")
+    if which == "text":
+        return len(part.text.encode("utf-8"))
+    if which == "raw":
+        return len(part.raw)
+    if which == "data":
+        return _json_size(part.data) or part.data.ByteSize()
+    return 0
+
+
+def _first_url(parts: Sequence[Part]) -> str | None:
+    return next((p.url for p in parts if p.WhichOneof("content") == "url" and p.url), None)
+
+
+def _mime_type(parts: Sequence[Part]) -> str | None:
+    """The media type of the first file or data part, else of the first part that names one."""
+    for part in parts:
+        if part.WhichOneof("content") in ("raw", "url", "data"):
+            if part.media_type:
+                return part.media_type
+            if part.WhichOneof("content") == "data":
+                return "application/json"
+    return next((p.media_type for p in parts if p.media_type), None)
+
+
+def _json_size(message: proto_message.Message) -> int | None:
+    text = _json_text(message)
+    return None if text is None else len(text.encode("utf-8"))
+
+
+def _json_text(message: proto_message.Message) -> str | None:
+    """Compact JSON of a Struct/Value, or None if it has none (NaN, infinities, too deep)."""
+    try:
+        value = json_format.MessageToDict(message)
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _carried(struct: struct_pb2.Struct) -> dict[str, Any] | None:
+    """Remote metadata small enough to carry along, else a marker saying why it was left out."""
+    if not struct.fields:
+        return None
+    text = _json_text(struct)
+    if text is None:
+        return {"omitted": "not_json"}
+    size = len(text.encode("utf-8"))
+    if size > MAX_CARRIED_JSON_BYTES:
+        return {"omitted": "too_large", "bytes": size}
+    value = json.loads(text)
+    return value if isinstance(value, dict) else None
+
+
+def _status_raw(status: TaskStatus, message: Message | None) -> dict[str, Any] | None:
+    """The small remote details a status has beyond its state and text (000 §9: preserve raw)."""
+    raw: dict[str, Any] = {}
+    if status.state not in _KNOWN_STATES:
+        raw["state"] = int(status.state)
+    if message is not None:
+        data = [p for p in message.parts if p.WhichOneof("content") == "data"]
+        if data:
+            values = [_json_text(p.data) for p in data]
+            size = sum(len(v.encode("utf-8")) for v in values if v is not None)
+            if None in values or size > MAX_CARRIED_JSON_BYTES:
+                raw["status_data_omitted"] = len(data)
+            else:
+                raw["status_data"] = [json.loads(v) for v in values if v is not None]
+    return raw or None
+
+
+def _truncate(text: str) -> str:
+    if len(text) <= MAX_ERROR_CHARS:
+        return text
+    return text[: MAX_ERROR_CHARS - 1] + "…"
