@@ -1,0 +1,19 @@
+"""Remote A2A agents as delegation targets: card discovery, the A2A -> event mapping, the session.
+
+`A2ATarget(A2AAgentConfig(card_url=...))` is what a host registers under an agent key
+(`AgentSpec(key=..., protocol="a2a", target=..., secrets=config.secrets)`). The translation is
+sans-IO (`_mapping`, `_card`); `_target` holds the I/O (a2a-sdk client under Trio).
+"""
+
+from adapters.a2a._card import CardInfo, card_fingerprint, validate_card
+from adapters.a2a._mapping import A2AEventMapper
+from adapters.a2a._target import A2AAgentConfig, A2ATarget
+
+__all__ = [
+    "A2AAgentConfig",
+    "A2AEventMapper",
+    "A2ATarget",
+    "CardInfo",
+    "card_fingerprint",
+    "validate_card",
+]

@@ -1,0 +1,391 @@
+"""Remote A2A agents as delegation targets: the a2a-sdk client driven under Trio.
+
+This module owns the I/O of one A2A agent: discovering and validating its Agent Card (cached,
+with a fingerprint), creating a2a-sdk clients over an httpx client whose credentials go only to
+the card's origin and explicitly trusted origins, and one `TargetSession` per delegation that
+sends the task (streaming, or `return_immediately` for agents that cannot stream), resubscribes,
+polls `GetTask`, continues after input-required with the same task and context ids, and cancels
+with `CancelTask` (tenant and structured metadata included). The translation of what the remote
+says into engine updates is `adapters.a2a._mapping` (sans-IO); this module only moves bytes.
+
+Streams are left by cancelling the enclosing Trio scope (the delegation actor does that), never
+by abandoning the SDK's iterator (FACTS.md: `break` leaves its generators unclosed). Every error
+the SDK or httpx raises becomes a typed `DelegationError` whose message never carries a credential.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import aclosing
+from typing import Any, Final
+from urllib.parse import urlsplit
+
+import attrs
+import httpx
+import trio
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.client.client import Client
+from a2a.types import (
+    AgentCard,
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+from a2a.utils.errors import A2AError, TaskNotFoundError, UnsupportedOperationError
+from google.protobuf.json_format import ParseError
+
+from adapters.a2a._card import CardInfo, validate_card
+from adapters.a2a._mapping import A2AEventMapper
+from engine import (
+    Answer,
+    DelegationError,
+    DelegationTask,
+    Emit,
+    ErrorCode,
+    Redactor,
+    TargetCapabilities,
+)
+
+__all__ = ["A2AAgentConfig", "A2ATarget"]
+
+#: How long a validated card is trusted before it is fetched again.
+CARD_TTL_SECONDS: Final = 300.0
+
+_TERMINAL_STATES: Final = frozenset(
+    {
+        TaskState.TASK_STATE_COMPLETED,
+        TaskState.TASK_STATE_FAILED,
+        TaskState.TASK_STATE_CANCELED,
+        TaskState.TASK_STATE_REJECTED,
+    }
+)
+
+
+#: What the SDK raises, untyped, for a remote document it cannot read (bad types, an enum of
+#: 1e999, a lone surrogate in a key): the remote's payload is malformed, not our code broken.
+_UNREADABLE: Final = (ParseError, SystemError, OverflowError, ValueError, KeyError, TypeError)
+
+
+@attrs.frozen(kw_only=True)
+class A2AAgentConfig:
+    """How the host reaches one A2A agent. The model never sees any of this.
+
+    `auth_header` is a (name, value) pair such as ("Authorization", "Bearer ...") resolved by the
+    host (e.g. from an environment variable); it is sent only to the card's origin and to
+    `trusted_origins`. `forward_headers` are sent with every request (user id, tenant, lineage).
+    """
+
+    card_url: str
+    tenant: str | None = None
+    auth_header: tuple[str, str] | None = attrs.field(default=None, repr=False)
+    trusted_origins: tuple[str, ...] = ()
+    forward_headers: Mapping[str, str] = attrs.field(factory=dict)
+    request_timeout: float = 30.0
+    text_artifact_names: frozenset[str] = frozenset({"assistant-output", "assistant_output"})
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Credential values to redact everywhere (give them to `AgentSpec.secrets`)."""
+        if self.auth_header is None:
+            return ()
+        value = self.auth_header[1]
+        token = value.split(" ", 1)[1] if " " in value else value
+        return tuple({value, token})
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+class _OriginBoundAuth(httpx.Auth):
+    """Adds the credential header only to requests for the allowed origins."""
+
+    def __init__(self, header: tuple[str, str], origins: frozenset[str]) -> None:
+        self._header = header
+        self._origins = origins
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        if _origin(str(request.url)) in self._origins:
+            request.headers[self._header[0]] = self._header[1]
+        yield request
+
+
+class A2ATarget:
+    """One host-registered A2A agent. Call `await prepare()` (the engine does, before each
+    delegation) to fetch and validate its card; the result is cached for `CARD_TTL_SECONDS`."""
+
+    def __init__(self, config: A2AAgentConfig, *, http: httpx.AsyncClient | None = None) -> None:
+        self.config = config
+        self._redactor = Redactor(config.secrets)
+        origins = frozenset(
+            {_origin(config.card_url), *(_origin(o) for o in config.trusted_origins)}
+        )
+        auth = _OriginBoundAuth(config.auth_header, origins) if config.auth_header else None
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(
+            timeout=httpx.Timeout(config.request_timeout, read=None),
+            headers=dict(config.forward_headers),
+            auth=auth,
+            follow_redirects=False,
+        )
+        self.card: AgentCard | None = None
+        self.card_info: CardInfo | None = None
+        self.fingerprint: str | None = None
+        self._card_fetched_at = -CARD_TTL_SECONDS
+        self._clients: dict[bool, Client] = {}
+        self._lock = trio.Lock()
+
+    @property
+    def capabilities(self) -> TargetCapabilities:
+        streaming = self.card_info.streaming if self.card_info is not None else True
+        return TargetCapabilities(
+            streaming=streaming, resubscribe=streaming, poll=True, cancel=True, input=True
+        )
+
+    async def prepare(self) -> None:
+        """Fetch and validate the card unless a fresh one is cached. Raises `DelegationError`
+        (`agent_unavailable`) for an unreachable or malformed card."""
+        async with self._lock:
+            if time.monotonic() - self._card_fetched_at < CARD_TTL_SECONDS and self.card:
+                return
+            try:
+                base, path = _split_card_url(self.config.card_url)
+                resolver = A2ACardResolver(self._http, base, agent_card_path=path)
+                card = await resolver.get_agent_card()
+            except (A2AError, httpx.HTTPError, *_UNREADABLE) as exc:
+                raise self._error(
+                    ErrorCode.AGENT_UNAVAILABLE, "fetching the agent card", exc
+                ) from None
+            self.card_info = validate_card(card)
+            self.card = card
+            self.fingerprint = self.card_info.fingerprint
+            self._card_fetched_at = time.monotonic()
+            for client in self._clients.values():
+                await client.close()
+            self._clients.clear()
+
+    def _client(self, streaming: bool) -> Client:
+        client = self._clients.get(streaming)
+        if client is None:
+            if self.card is None:
+                raise DelegationError(
+                    code=ErrorCode.AGENT_UNAVAILABLE, message="The agent card was not fetched."
+                )
+            factory = ClientFactory(
+                ClientConfig(
+                    streaming=streaming,
+                    httpx_client=self._http,
+                    supported_protocol_bindings=["JSONRPC", "HTTP+JSON"],
+                )
+            )
+            try:
+                client = factory.create(self.card)
+            except ValueError as exc:  # the SDK's way of saying "no compatible interface"
+                raise self._error(
+                    ErrorCode.CAPABILITY_UNSUPPORTED, "choosing a transport", exc
+                ) from None
+            self._clients[streaming] = client
+        return client
+
+    def _error(self, code: str, doing: str, exc: BaseException) -> DelegationError:
+        detail = self._redactor.text(str(exc) or type(exc).__name__)[:300]
+        status_code = getattr(getattr(exc, "response", None), "status_code", None)
+        if status_code in (401, 403) or "401" in detail or "403" in detail:
+            code = ErrorCode.REMOTE_REJECTED
+            detail = f"authentication refused ({detail})"
+        return DelegationError(
+            code=code,
+            message=f"A2A agent error while {doing}: {type(exc).__name__}: {detail}",
+            metadata={"exception": type(exc).__name__},
+        )
+
+    def open_session(self, task: DelegationTask, nursery: trio.Nursery) -> _A2ASession:
+        return _A2ASession(self, task)
+
+    async def aclose(self) -> None:
+        for client in self._clients.values():
+            await client.close()
+        self._clients.clear()
+        if self._owns_http:
+            await self._http.aclose()
+
+
+def _split_card_url(card_url: str) -> tuple[str, str]:
+    parts = urlsplit(card_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError("the card URL must be an absolute http(s) URL")
+    base = f"{parts.scheme}://{parts.netloc}"
+    return base, parts.path or "/.well-known/agent-card.json"
+
+
+def _is_transport_error(exc: BaseException) -> bool:
+    """A broken connection (as opposed to a protocol-level refusal by the remote)."""
+    if isinstance(exc, httpx.TransportError):
+        return True
+    cause = exc.__cause__ or exc.__context__
+    if isinstance(cause, httpx.TransportError):
+        return True
+    return "network" in str(exc).lower() or "connection" in str(exc).lower()
+
+
+def _render_prompt(task: DelegationTask) -> str:
+    request = task.request
+    sections = [request.objective]
+    if request.prompt:
+        sections.append(request.prompt)
+    if request.context:
+        sections.append(f"Context:\n{request.context}")
+    if request.artifacts:
+        refs = "\n".join(f"- {a.name or ''} {a.uri or ''}".rstrip() for a in request.artifacts)
+        sections.append(f"Artifacts:\n{refs}")
+    return "\n\n".join(sections)
+
+
+class _A2ASession:
+    def __init__(self, target: A2ATarget, task: DelegationTask) -> None:
+        self._target = target
+        self._task = task
+        self._mapper = A2AEventMapper(
+            text_artifact_names=target.config.text_artifact_names,
+            card_fingerprint=target.fingerprint,
+            streaming=task.stream,
+        )
+        self.task_id: str | None = None
+        self.context_id: str | None = task.remote_context_id
+
+    def _metadata(self) -> dict[str, Any]:
+        return {
+            "delegation_id": self._task.delegation_id,
+            "run_id": self._task.run_id,
+            "agent_key": self._task.agent_key,
+        }
+
+    async def _relay(self, responses: AsyncIterator[StreamResponse], emit: Emit) -> None:
+        # aclosing: when the actor cancels our scope (terminal reached), the SDK's nested
+        # generators are closed right here instead of being left to the garbage collector.
+        async with aclosing(responses) as stream:  # type: ignore[type-var]
+            async for response in stream:
+                for update in self._mapper.feed(response):
+                    self._learn(update.remote_task_id, update.remote_context_id)
+                    await emit(update)
+
+    def _learn(self, task_id: str | None, context_id: str | None) -> None:
+        if task_id and self.task_id is None:
+            self.task_id = task_id
+        if context_id and self.context_id is None:
+            self.context_id = context_id
+
+    async def _send(self, parts: Sequence[Part], emit: Emit, doing: str) -> None:
+        config = self._target.config
+        message = Message(
+            message_id=uuid.uuid4().hex,
+            role=Role.ROLE_USER,
+            parts=list(parts),
+            task_id=self.task_id or "",
+            context_id=self.context_id or "",
+        )
+        request = SendMessageRequest(
+            tenant=config.tenant or "",
+            message=message,
+            configuration=SendMessageConfiguration(
+                history_length=self._task.request.history_length or 0,
+                return_immediately=not self._task.stream,
+            ),
+        )
+        request.metadata.update(self._metadata())
+        client = self._target._client(self._task.stream)
+        try:
+            await self._relay(client.send_message(request), emit)
+        except _UNREADABLE as exc:
+            raise self._target._error(ErrorCode.MALFORMED_REMOTE_PAYLOAD, doing, exc) from None
+        except (A2AError, httpx.HTTPError) as exc:
+            if self.task_id is not None and _is_transport_error(exc):
+                # The task was accepted and the connection broke: that is a dropped stream,
+                # which the delegation recovers with resubscribe/GetTask, not a failure.
+                return
+            raise self._target._error(ErrorCode.AGENT_UNAVAILABLE, doing, exc) from None
+
+    async def start(self, emit: Emit) -> None:
+        await self._send([Part(text=_render_prompt(self._task))], emit, "sending the task")
+
+    async def resubscribe(self, emit: Emit) -> None:
+        if self.task_id is None:
+            raise DelegationError(
+                code=ErrorCode.STREAM_INTERRUPTED, message="No task to resubscribe to."
+            )
+        client = self._target._client(True)
+        request = SubscribeToTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
+        try:
+            await self._relay(client.subscribe(request), emit)
+        except _UNREADABLE as exc:
+            raise self._target._error(
+                ErrorCode.MALFORMED_REMOTE_PAYLOAD, "resubscribing", exc
+            ) from None
+        except (UnsupportedOperationError, TaskNotFoundError) as exc:
+            raise self._target._error(ErrorCode.STREAM_INTERRUPTED, "resubscribing", exc) from None
+        except (A2AError, httpx.HTTPError) as exc:
+            raise self._target._error(ErrorCode.STREAM_INTERRUPTED, "resubscribing", exc) from None
+
+    async def poll(self, emit: Emit) -> None:
+        if self.task_id is None:
+            raise DelegationError(code=ErrorCode.STREAM_INTERRUPTED, message="No task to poll.")
+        client = self._target._client(False)
+        request = GetTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
+        try:
+            task = await client.get_task(request)
+        except _UNREADABLE as exc:
+            raise self._target._error(
+                ErrorCode.MALFORMED_REMOTE_PAYLOAD, "reading the task", exc
+            ) from None
+        except (A2AError, httpx.HTTPError) as exc:
+            raise self._target._error(
+                ErrorCode.AGENT_UNAVAILABLE, "reading the task", exc
+            ) from None
+        for update in self._mapper.snapshot(task):
+            self._learn(update.remote_task_id, update.remote_context_id)
+            await emit(update)
+
+    async def answer(self, answer: Answer, emit: Emit) -> None:
+        parts = []
+        if answer.text is not None:
+            parts.append(Part(text=answer.text))
+        if answer.data is not None:
+            from google.protobuf.struct_pb2 import Value
+
+            value = Value()
+            value.struct_value.update(dict(answer.data))
+            parts.append(Part(data=value))
+        self._mapper.resume()
+        await self._send(parts or [Part(text="")], emit, "sending the answer")
+
+    async def cancel(self) -> bool:
+        if self.task_id is None:
+            return True  # nothing was accepted remotely
+        client = self._target._client(False)
+        request = CancelTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
+        request.metadata.update({**self._metadata(), "reason": "cancelled by the delegating run"})
+        try:
+            task = await client.cancel_task(request)
+        except (A2AError, httpx.HTTPError):
+            # Refused (e.g. not cancelable because it already ended) or lost: the task's own
+            # state is the answer to "is it still running?".
+            try:
+                task = await client.get_task(
+                    GetTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
+                )
+            except (A2AError, httpx.HTTPError):
+                return False
+        return task.status.state in _TERMINAL_STATES
+
+    async def aclose(self) -> None:
+        return None

@@ -1,0 +1,197 @@
+"""Fixtures for the integration tests: real A2A servers in their own processes."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import httpx
+import pytest
+
+# --- @a2a-js/sdk server (tests/servers/a2a_js) -------------------------------------------------
+
+A2A_JS_DIR = Path(__file__).resolve().parent.parent / "servers" / "a2a_js"
+A2A_JS_SCENARIOS = ("stream", "fail", "hang")
+_A2A_JS_READY_TIMEOUT = 20.0
+_A2A_JS_STOP_TIMEOUT = 5.0
+_A2A_JS_NPM_TIMEOUT = 300.0
+_NODE_MIN_MAJOR = 20  # @a2a-js/sdk 1.3.0 declares engines.node >= 20
+
+
+@dataclass
+class A2AJsServer:
+    """A running `node server.mjs` (see its header for the scenarios and routes)."""
+
+    base_url: str
+    pid: int
+    scenarios: tuple[str, ...] = A2A_JS_SCENARIOS
+    _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
+
+    def agent_url(self, scenario: str) -> str:
+        """Base URL of one agent (what `create_client` / `A2ACardResolver` take)."""
+        if scenario not in self.scenarios:
+            raise ValueError(f"unknown a2a-js scenario {scenario!r}; have {self.scenarios}")
+        return f"{self.base_url}/agents/{scenario}"
+
+    def card_url(self, scenario: str) -> str:
+        """Absolute URL of one agent's card."""
+        return f"{self.agent_url(scenario)}/.well-known/agent-card.json"
+
+    def log(self) -> list[dict[str, Any]]:
+        """Every CancelTask the server received so far, oldest first, across all agents.
+
+        Each record: scenario, binding ("JSONRPC" | "HTTP+JSON"), taskId, tenant (None if absent),
+        metadata (as the client sent it, None if absent), sdkMetadata (what @a2a-js/sdk handed its
+        request handler: always {} on HTTP+JSON, the SDK drops it there), receivedAt, outcome
+        ("TASK_STATE_CANCELED", "error: <name>: <message>", or "pending" while in flight).
+        """
+        response = self._http.get(f"{self.base_url}/_test/log")
+        response.raise_for_status()
+        cancels: list[dict[str, Any]] = response.json()["cancels"]
+        return cancels
+
+    def cancels_for(self, task_id: str) -> list[dict[str, Any]]:
+        return [record for record in self.log() if record["taskId"] == task_id]
+
+
+def _require_node_and_npm() -> tuple[str, str]:
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        missing = " and ".join(name for name, path in (("node", node), ("npm", npm)) if not path)
+        pytest.fail(
+            f"{missing} not found on PATH: the a2a-js integration tests need Node.js "
+            f">= {_NODE_MIN_MAJOR} with npm (they run a server built on @a2a-js/sdk).",
+            pytrace=False,
+        )
+    version = subprocess.run(
+        [node, "--version"], capture_output=True, text=True, check=False, timeout=30
+    ).stdout.strip()
+    match = re.match(r"v(\d+)\.", version)
+    if match is None or int(match.group(1)) < _NODE_MIN_MAJOR:
+        pytest.fail(
+            f"Node.js {version or '(unknown version)'} at {node} is too old: "
+            f"@a2a-js/sdk needs Node >= {_NODE_MIN_MAJOR}.",
+            pytrace=False,
+        )
+    return node, npm
+
+
+def _node_modules_current() -> bool:
+    marker = A2A_JS_DIR / "node_modules" / ".package-lock.json"  # written by npm at install end
+    lock = A2A_JS_DIR / "package-lock.json"
+    return marker.is_file() and marker.stat().st_mtime >= lock.stat().st_mtime
+
+
+def _ensure_node_modules(npm: str) -> None:
+    if _node_modules_current():
+        return
+    # Other test sessions may run at the same time in this tree: install once, under a lock.
+    with open(A2A_JS_DIR / ".install.lock", "w") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            if _node_modules_current():
+                return
+            result = subprocess.run(
+                [npm, "ci", "--no-audit", "--no-fund", "--loglevel=error"],
+                cwd=A2A_JS_DIR,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=_A2A_JS_NPM_TIMEOUT,
+            )
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+    if result.returncode != 0:
+        output = (result.stdout + result.stderr).strip()[-3000:]
+        pytest.fail(
+            f"`npm ci` in {A2A_JS_DIR} failed (exit {result.returncode}):\n{output}",
+            pytrace=False,
+        )
+
+
+def _read_ready_line(proc: subprocess.Popen[bytes], deadline: float) -> int:
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    buffer = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while b"\n" not in buffer:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no READY line within {_A2A_JS_READY_TIMEOUT:.0f} s")
+            if not selector.select(remaining):
+                continue
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                raise RuntimeError(f"server exited before READY (exit code {proc.poll()})")
+            buffer += chunk
+    line = buffer.split(b"\n", 1)[0].decode(errors="replace").strip()
+    match = re.fullmatch(r"READY (\d+)", line)
+    if match is None:
+        raise RuntimeError(f"unexpected first stdout line {line!r}")
+    return int(match.group(1))
+
+
+def _stop_process_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the server's process group, SIGKILL it if still there after the grace period."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=_A2A_JS_STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait(timeout=_A2A_JS_STOP_TIMEOUT)
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            stream.close()
+
+
+def _tail(stderr: IO[bytes]) -> str:
+    stderr.seek(0)
+    return stderr.read().decode(errors="replace").strip()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def a2a_js_server() -> Iterator[A2AJsServer]:
+    """One `node server.mjs` for the session, serving the stream / fail / hang agents."""
+    node, npm = _require_node_and_npm()
+    _ensure_node_modules(npm)
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(
+            [node, "server.mjs", "--host", "127.0.0.1", "--port", "0", "--watch-stdin"],
+            cwd=A2A_JS_DIR,
+            stdin=subprocess.PIPE,  # the server exits when this closes, even if pytest is killed
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,  # own process group: teardown signals the whole group
+        )
+        try:
+            try:
+                port = _read_ready_line(proc, time.monotonic() + _A2A_JS_READY_TIMEOUT)
+            except (TimeoutError, RuntimeError) as exc:
+                pytest.fail(f"a2a-js server did not start: {exc}\n{_tail(stderr)}", pytrace=False)
+            server = A2AJsServer(base_url=f"http://127.0.0.1:{port}", pid=proc.pid)
+            try:
+                yield server
+            finally:
+                server._http.close()
+        finally:
+            _stop_process_group(proc)

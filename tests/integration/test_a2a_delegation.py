@@ -1,0 +1,323 @@
+"""Delegations to real A2A servers through the whole engine (000 §19 scenarios 1-4, 6, 8; §21).
+
+Remote side: `tests/servers/a2a_faulty.py` (the official a2a-sdk server in its own asyncio
+process; each scenario an agent) and, for wire cases that server cannot produce, the raw server
+in `tests/servers/raw_a2a.py`. Assertions are on what the engine journaled and returned *and*
+on what the remote recorded (e.g. that CancelTask arrived with the tenant).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from adapters.a2a import A2AAgentConfig, A2ATarget
+from engine import (
+    AgentSpec,
+    DelegationPolicy,
+    DelegationRequest,
+    Engine,
+    ErrorCode,
+    InputRequiredMode,
+    JournalEntry,
+    Kind,
+    RemoteCancel,
+    Status,
+    to_json,
+)
+from tests.servers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
+
+TOKEN = "test-token"
+
+
+def a2a_agent(
+    card_url: str, key: str = "remote", *, token: str | None = None, **policy: Any
+) -> AgentSpec:
+    config = A2AAgentConfig(
+        card_url=card_url,
+        tenant="acme",
+        auth_header=("Authorization", f"Bearer {token}") if token else None,
+    )
+    return AgentSpec(
+        key=key,
+        display_name=f"A2A {key}",
+        protocol="a2a",
+        target=A2ATarget(config),
+        policy=DelegationPolicy(**policy),
+        secrets=config.secrets,
+    )
+
+
+async def delegate(agent: AgentSpec, **request: Any) -> tuple[Any, list[JournalEntry]]:
+    async with Engine([agent]) as eng:
+        async with eng.open_run() as run:
+            result = await run.delegate(
+                DelegationRequest(agent=agent.key, objective="Summarize the design.", **request)
+            )
+        journal = eng.journal(run.run_id)
+        assert journal is not None
+        async with journal.subscribe() as sub:
+            entries = [entry async for entry in sub]
+    await agent.target.aclose()  # type: ignore[attr-defined]
+    return result, entries
+
+
+def of(entries: list[JournalEntry], delegation_id: str) -> list[Any]:
+    return [e.event for e in entries if e.event.delegation_id == delegation_id]
+
+
+def kinds(events: list[Any]) -> list[str]:
+    out: list[str] = []
+    for event in events:
+        if not (out and out[-1] == event.kind == Kind.TEXT_DELTA):
+            out.append(event.kind)
+    return out
+
+
+async def test_streaming_agent_text_artifact_and_structured_result(a2a_server: Any) -> None:
+    result, entries = await delegate(a2a_agent(a2a_server.card_url("stream")))
+    events = of(entries, result.delegation_id)
+    assert result.status == Status.COMPLETED, result
+    assert events[0].kind == Kind.STARTED and not events[0].synthesized
+    assert events[0].remote_task_id == result.remote_task_id
+    assert result.card_fingerprint and result.card_fingerprint.startswith("sha256:")
+    assert events[0].card_fingerprint == result.card_fingerprint
+    assert Kind.TEXT_DELTA in kinds(events)
+    assert kinds(events)[-1] == Kind.FINISHED
+    assert [e.kind for e in events].count(Kind.FINISHED) == 1
+    text = "".join(e.delta for e in events if e.kind == Kind.TEXT_DELTA)
+    assert text and [m.text for m in result.messages] == [text]
+    report = [a for a in result.artifacts if a.name == "report.md"]
+    assert report and report[0].uri and report[0].mime_type == "text/markdown"
+    assert result.summary and result.summary.startswith("done")
+    assert result.remote_task_id and result.remote_context_id
+
+
+async def test_non_streaming_agent_is_polled_without_fake_deltas(a2a_server: Any) -> None:
+    agent = a2a_agent(a2a_server.card_url("nostream"), poll_interval=0.05)
+    result, entries = await delegate(agent)
+    events = of(entries, result.delegation_id)
+    assert result.status == Status.COMPLETED, result
+    assert Kind.TEXT_DELTA not in kinds(events)
+    statuses = [e.status for e in events if e.kind == Kind.STATUS]
+    assert len(statuses) == len(set(statuses)), "status changes only"
+    assert a2a_server.entries("nostream", "get_tasks", result.remote_task_id)
+
+
+@pytest.mark.parametrize(
+    ("scenario", "code"),
+    [("fail", ErrorCode.REMOTE_FAILED), ("reject", ErrorCode.REMOTE_REJECTED)],
+)
+async def test_remote_failure_is_a_structured_error(
+    a2a_server: Any, scenario: str, code: str
+) -> None:
+    result, entries = await delegate(a2a_agent(a2a_server.card_url(scenario)))
+    assert result.status == Status.FAILED
+    assert result.error is not None and result.error.code == code
+    assert result.error.remote_status in ("failed", "rejected")
+    assert of(entries, result.delegation_id)[-1].kind == Kind.FAILED
+
+
+async def test_timeout_cancels_the_remote_task_with_tenant(a2a_server: Any) -> None:
+    result, _ = await delegate(a2a_agent(a2a_server.card_url("hang")), timeout_seconds=1)
+    assert result.error is not None and result.error.code == ErrorCode.REMOTE_TIMEOUT
+    assert result.error.remote_status == "working"
+    assert result.remote_cancel == RemoteCancel.CONFIRMED
+    cancels = a2a_server.entries("hang", "cancels", result.remote_task_id)
+    assert len(cancels) == 1
+    assert cancels[0]["tenant"] == "acme"
+    assert cancels[0]["metadata"]["delegation_id"] == result.delegation_id
+
+
+async def test_run_cancel_reaches_the_remote_and_leaves_nothing_running(a2a_server: Any) -> None:
+    agent = a2a_agent(a2a_server.card_url("hang"))
+    async with Engine([agent]) as eng:
+        async with eng.open_run() as run:
+            handle = run.start_delegation(DelegationRequest(agent="remote", objective="x"))
+            async with run.events() as events:
+                async for entry in events:
+                    if entry.event.kind == Kind.STATUS and entry.event.status == "working":
+                        break
+            run.cancel("user pressed stop")
+        result = handle.result()
+        assert eng.active_delegations == 0 and eng.open_runs == 0
+    await agent.target.aclose()  # type: ignore[attr-defined]
+    assert result.status == Status.CANCELLED
+    assert result.remote_cancel == RemoteCancel.CONFIRMED
+    assert a2a_server.entries("hang", "cancels", result.remote_task_id)
+
+
+async def test_dropped_stream_is_recovered_by_resubscribing(a2a_server: Any) -> None:
+    result, entries = await delegate(a2a_agent(a2a_server.card_url("drop")))
+    assert result.status == Status.COMPLETED, result
+    statuses = [e.status for e in of(entries, result.delegation_id) if e.kind == Kind.STATUS]
+    assert "stream_interrupted" in statuses
+    assert a2a_server.entries("drop", "subscribes", result.remote_task_id) or (
+        a2a_server.entries("drop", "get_tasks", result.remote_task_id)
+    )
+
+
+async def test_duplicate_remote_events_give_one_terminal_and_no_doubled_text(
+    a2a_server: Any,
+) -> None:
+    result, entries = await delegate(a2a_agent(a2a_server.card_url("dup")))
+    events = of(entries, result.delegation_id)
+    assert result.status == Status.COMPLETED
+    assert sum(e.kind in Kind.DELEGATION_TERMINALS for e in events) == 1
+
+
+async def test_input_required_surfaced_answered_and_continued(a2a_server: Any) -> None:
+    agent = a2a_agent(a2a_server.card_url("input"), input_required=InputRequiredMode.SURFACE)
+    async with Engine([agent]) as eng, eng.open_run() as run:
+        handle = run.start_delegation(DelegationRequest(agent="remote", objective="x"))
+        async with run.events() as events:
+            async for entry in events:
+                if entry.event.kind == Kind.INPUT_REQUIRED:
+                    break
+        run.answer(handle.delegation_id, text="2026")
+        result = await handle.wait()
+    await agent.target.aclose()  # type: ignore[attr-defined]
+    assert result.status == Status.COMPLETED, result
+    assert "got: 2026" in (result.summary or "")
+    follow_ups = [m for m in a2a_server.entries("input", "messages") if m["follow_up"]]
+    assert follow_ups and follow_ups[-1]["task_id"] == result.remote_task_id
+
+
+async def test_input_required_refused_by_policy_cancels_the_remote(a2a_server: Any) -> None:
+    result, _ = await delegate(a2a_agent(a2a_server.card_url("input")))
+    assert result.error is not None
+    assert result.error.code == ErrorCode.INPUT_REQUIRED_UNSUPPORTED
+
+
+async def test_auth_token_goes_to_the_agent_and_never_into_events(a2a_server: Any) -> None:
+    refused, _ = await delegate(a2a_agent(a2a_server.card_url("auth")))
+    assert refused.error is not None
+    assert refused.error.code in (ErrorCode.REMOTE_REJECTED, ErrorCode.AGENT_UNAVAILABLE)
+    result, entries = await delegate(a2a_agent(a2a_server.card_url("auth"), token=TOKEN))
+    assert result.status == Status.COMPLETED, result
+    assert all(TOKEN not in to_json(e.event) for e in entries)
+    assert TOKEN not in to_json(result) and TOKEN not in to_json(refused)
+
+
+async def test_slow_cancel_reports_cancel_pending_then_is_followed_up(a2a_server: Any) -> None:
+    agent = a2a_agent(a2a_server.card_url("slowcancel"), cancel_timeout=0.5)
+    async with Engine([agent]) as eng:
+        async with eng.open_run() as run:
+            result = await run.delegate(
+                DelegationRequest(agent="remote", objective="x", timeout_seconds=1)
+            )
+        assert result.remote_cancel == RemoteCancel.PENDING
+        with trio.fail_after(10):
+            outcome = await eng.wait_cancel_followup(result.delegation_id)
+        assert outcome == "confirmed_late"
+        assert a2a_server.entries("slowcancel", "cancels", result.remote_task_id)
+    await agent.target.aclose()  # type: ignore[attr-defined]
+
+
+async def test_huge_artifact_is_refused_by_policy(a2a_server: Any) -> None:
+    agent = a2a_agent(a2a_server.card_url("huge"), max_artifact_bytes=1 << 20)
+    result, _ = await delegate(agent)
+    assert result.error is not None and result.error.code == ErrorCode.ARTIFACT_TOO_LARGE
+
+
+async def test_concurrent_delegations_do_not_cross_talk(a2a_server: Any) -> None:
+    agents = [
+        a2a_agent(a2a_server.card_url("stream"), key="one"),
+        a2a_agent(a2a_server.card_url("stream"), key="two"),
+    ]
+    async with Engine(agents) as eng:
+        async with eng.open_run() as run:
+            handles = [
+                run.start_delegation(
+                    DelegationRequest(agent=key, objective="x", parent_tool_call_id=f"call-{key}")
+                )
+                for key in ("one", "two")
+            ]
+            results = [await h.wait() for h in handles]
+        journal = eng.journal(run.run_id)
+        assert journal is not None
+        async with journal.subscribe() as sub:
+            entries = [entry async for entry in sub]
+    for agent in agents:
+        await agent.target.aclose()  # type: ignore[attr-defined]
+    assert [r.status for r in results] == [Status.COMPLETED, Status.COMPLETED]
+    assert results[0].remote_task_id != results[1].remote_task_id
+    for result in results:
+        events = of(entries, result.delegation_id)
+        assert {e.parent_tool_call_id for e in events} == {f"call-{result.agent}"}
+        assert {e.remote_task_id for e in events[1:]} == {result.remote_task_id}
+
+
+async def test_unknown_key_makes_no_outbound_request(a2a_server: Any) -> None:
+    a2a_server.reset()
+    agent = a2a_agent(a2a_server.card_url("stream"))
+    async with Engine([agent]) as eng, eng.open_run() as run:
+        result = await run.delegate(DelegationRequest(agent="unknown", objective="x"))
+    await agent.target.aclose()  # type: ignore[attr-defined]
+    assert result.error is not None and result.error.code == ErrorCode.AGENT_NOT_FOUND
+    assert a2a_server.entries("stream", "messages") == []
+
+
+# -- wire cases from the raw server ------------------------------------------------------
+
+
+async def raw_delegate(nursery: trio.Nursery, scenario: RawScenario, **policy: Any) -> Any:
+    await nursery.start(serve_raw_a2a, scenario)
+    return await delegate(a2a_agent(scenario.card_url, **policy))
+
+
+async def test_terminal_before_any_task_gets_a_synthesized_start(nursery: trio.Nursery) -> None:
+    scenario = RawScenario(stream=[status_frame("t1", "TASK_STATE_COMPLETED", "early")])
+    result, entries = await raw_delegate(nursery, scenario)
+    events = of(entries, result.delegation_id)
+    assert events[0].kind == Kind.STARTED
+    assert events[-1].kind == Kind.FINISHED
+    assert result.status == Status.COMPLETED
+
+
+async def test_bad_json_in_the_stream_is_a_typed_failure(nursery: trio.Nursery) -> None:
+    scenario = RawScenario(stream=[task_frame("t1", "TASK_STATE_WORKING"), "{not json"])
+    result, _ = await raw_delegate(nursery, scenario)
+    assert result.status == Status.FAILED
+    assert result.error is not None
+    assert result.error.code in (
+        ErrorCode.MALFORMED_REMOTE_PAYLOAD,
+        ErrorCode.AGENT_UNAVAILABLE,
+        ErrorCode.STREAM_INTERRUPTED,
+    )
+    assert "CancelTask" in scenario.methods()
+
+
+async def test_events_of_another_task_are_ignored(nursery: trio.Nursery) -> None:
+    scenario = RawScenario(
+        stream=[
+            task_frame("t1", "TASK_STATE_WORKING"),
+            status_frame("other", "TASK_STATE_FAILED", "not yours"),
+            status_frame("t1", "TASK_STATE_COMPLETED", "mine"),
+        ]
+    )
+    result, _ = await raw_delegate(nursery, scenario)
+    assert result.status == Status.COMPLETED
+    assert result.summary == "mine"
+
+
+async def test_stream_ending_without_terminal_is_recovered_from_get_task(
+    nursery: trio.Nursery,
+) -> None:
+    scenario = RawScenario(
+        stream=[task_frame("t1", "TASK_STATE_WORKING")],
+        subscribe=None,
+        get_task={"id": "t1", "contextId": "ctx-raw", "status": {"state": "TASK_STATE_COMPLETED"}},
+    )
+    result, _ = await raw_delegate(nursery, scenario)
+    assert result.status == Status.COMPLETED
+    assert "GetTask" in scenario.methods()
+
+
+async def test_malformed_card_fails_before_any_task(nursery: trio.Nursery) -> None:
+    scenario = RawScenario(card_override={"name": "broken"})
+    result, _ = await raw_delegate(nursery, scenario)
+    assert result.error is not None and result.error.code == ErrorCode.AGENT_UNAVAILABLE
+    assert scenario.requests == []
