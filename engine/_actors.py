@@ -621,6 +621,7 @@ class DelegationActor:
             timeout=self.timeout,
             stream=stream,
             remote_context_id=self.run_actor.context_for(self.spec),
+            metadata=self.run_actor.metadata,  # e.g. user_id, for targets that forward identity
         )
         assert self.nursery is not None
         self._session = target.open_session(task, self.nursery)

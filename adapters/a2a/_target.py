@@ -26,7 +26,7 @@ import attrs
 import httpx
 import trio
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
-from a2a.client.client import Client
+from a2a.client.client import Client, ClientCallContext
 from a2a.types import (
     AgentCard,
     CancelTaskRequest,
@@ -89,6 +89,10 @@ class A2AAgentConfig:
     auth_header: tuple[str, str] | None = attrs.field(default=None, repr=False)
     trusted_origins: tuple[str, ...] = ()
     forward_headers: Mapping[str, str] = attrs.field(factory=dict)
+    #: Send who is asking with every call (like kagent, seed 004): `x-user-id` (the run's
+    #: `metadata["user_id"]`), `x-tenant`, `x-source: subagent-engine` and the lineage
+    #: `x-parent-run-id`, `x-parent-tool-call-id`, `x-delegation-id`.
+    forward_identity: bool = False
     request_timeout: float = 30.0
     text_artifact_names: frozenset[str] = frozenset({"assistant-output", "assistant_output"})
 
@@ -263,6 +267,24 @@ class _A2ASession:
         self.task_id: str | None = None
         self.context_id: str | None = task.remote_context_id
 
+    def _context(self) -> ClientCallContext | None:
+        config = self._target.config
+        if not config.forward_identity:
+            return None
+        task = self._task
+        user_id = task.metadata.get("user_id")
+        headers = {
+            "x-user-id": str(user_id) if user_id else None,
+            "x-tenant": config.tenant or task.metadata.get("tenant"),
+            "x-source": "subagent-engine",
+            "x-parent-run-id": task.run_id,
+            "x-parent-tool-call-id": task.request.parent_tool_call_id,
+            "x-delegation-id": task.delegation_id,
+        }
+        return ClientCallContext(
+            service_parameters={name: value for name, value in headers.items() if value}
+        )
+
     def _metadata(self) -> dict[str, Any]:
         return {
             "delegation_id": self._task.delegation_id,
@@ -305,7 +327,7 @@ class _A2ASession:
         request.metadata.update(self._metadata())
         client = self._target._client(self._task.stream)
         try:
-            await self._relay(client.send_message(request), emit)
+            await self._relay(client.send_message(request, context=self._context()), emit)
         except _UNREADABLE as exc:
             raise self._target._error(ErrorCode.MALFORMED_REMOTE_PAYLOAD, doing, exc) from None
         except (A2AError, httpx.HTTPError) as exc:
@@ -326,7 +348,7 @@ class _A2ASession:
         client = self._target._client(True)
         request = SubscribeToTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
         try:
-            await self._relay(client.subscribe(request), emit)
+            await self._relay(client.subscribe(request, context=self._context()), emit)
         except _UNREADABLE as exc:
             raise self._target._error(
                 ErrorCode.MALFORMED_REMOTE_PAYLOAD, "resubscribing", exc
@@ -342,7 +364,7 @@ class _A2ASession:
         client = self._target._client(False)
         request = GetTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
         try:
-            task = await client.get_task(request)
+            task = await client.get_task(request, context=self._context())
         except _UNREADABLE as exc:
             raise self._target._error(
                 ErrorCode.MALFORMED_REMOTE_PAYLOAD, "reading the task", exc
@@ -375,7 +397,7 @@ class _A2ASession:
         request = CancelTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
         request.metadata.update({**self._metadata(), "reason": "cancelled by the delegating run"})
         try:
-            task = await client.cancel_task(request)
+            task = await client.cancel_task(request, context=self._context())
         except (A2AError, httpx.HTTPError):
             # Refused (e.g. not cancelable because it already ended) or lost: the task's own
             # state is the answer to "is it still running?".

@@ -321,3 +321,44 @@ async def test_malformed_card_fails_before_any_task(nursery: trio.Nursery) -> No
     result, _ = await raw_delegate(nursery, scenario)
     assert result.error is not None and result.error.code == ErrorCode.AGENT_UNAVAILABLE
     assert scenario.requests == []
+
+
+async def test_identity_and_lineage_are_forwarded_when_configured(a2a_server: Any) -> None:
+    a2a_server.reset()
+    config = A2AAgentConfig(
+        card_url=a2a_server.card_url("stream"), tenant="acme", forward_identity=True
+    )
+    agent = AgentSpec(key="remote", protocol="a2a", target=A2ATarget(config))
+    async with Engine([agent]) as eng, eng.open_run(metadata={"user_id": "u-42"}) as run:
+        result = await run.delegate(
+            DelegationRequest(agent="remote", objective="x", parent_tool_call_id="toolu_9")
+        )
+    await agent.target.aclose()  # type: ignore[attr-defined]
+    assert result.status == Status.COMPLETED
+    message = a2a_server.entries("stream", "messages", result.remote_task_id)[0]
+    assert message["x_user_id"] == "u-42"
+    assert message["x_tenant"] == "acme"
+    assert message["x_headers"]["x-parent-run-id"] == run.run_id
+    assert message["x_headers"]["x-parent-tool-call-id"] == "toolu_9"
+    assert message["x_headers"]["x-delegation-id"] == result.delegation_id
+
+
+async def test_identity_is_not_forwarded_by_default(a2a_server: Any) -> None:
+    a2a_server.reset()
+    result, _ = await delegate(a2a_agent(a2a_server.card_url("stream")))
+    message = a2a_server.entries("stream", "messages", result.remote_task_id)[0]
+    assert message["x_user_id"] is None
+    assert "x-parent-run-id" not in message["x_headers"]
+
+
+@pytest.mark.parametrize("scenario", ["nocancel", "hangcancel"])
+async def test_remote_that_never_confirms_a_cancel_is_reported_pending(
+    a2a_server: Any, scenario: str
+) -> None:
+    agent = a2a_agent(a2a_server.card_url(scenario), cancel_timeout=0.5, cancel_retry_window=0)
+    result, entries = await delegate(agent, timeout_seconds=1)
+    assert result.error is not None and result.error.code == ErrorCode.REMOTE_TIMEOUT
+    assert result.remote_cancel == RemoteCancel.PENDING
+    statuses = [e.status for e in of(entries, result.delegation_id) if e.kind == Kind.STATUS]
+    assert "cancel_pending" in statuses
+    assert a2a_server.entries(scenario, "cancels", result.remote_task_id)
