@@ -362,3 +362,32 @@ async def test_remote_that_never_confirms_a_cancel_is_reported_pending(
     statuses = [e.status for e in of(entries, result.delegation_id) if e.kind == Kind.STATUS]
     assert "cancel_pending" in statuses
     assert a2a_server.entries(scenario, "cancels", result.remote_task_id)
+
+
+async def test_credentials_go_only_to_the_cards_origin(nursery: trio.Nursery) -> None:
+    # The card (origin A) points the interface at origin B: B must not see the token.
+    other = RawScenario(stream=[status_frame("t1", "TASK_STATE_COMPLETED", "done")])
+    await nursery.start(serve_raw_a2a, other)
+    card = RawScenario(interface_url=f"http://127.0.0.1:{other.port}/jsonrpc")
+    await nursery.start(serve_raw_a2a, card)
+    result, _ = await delegate(a2a_agent(card.card_url, token=TOKEN))
+    assert result.status == Status.COMPLETED
+    assert card.headers[0].get("authorization") == f"Bearer {TOKEN}"
+    assert other.headers and all("authorization" not in h for h in other.headers)
+
+
+async def test_trusted_origins_receive_credentials(nursery: trio.Nursery) -> None:
+    other = RawScenario(stream=[status_frame("t1", "TASK_STATE_COMPLETED", "done")])
+    await nursery.start(serve_raw_a2a, other)
+    card = RawScenario(interface_url=f"http://127.0.0.1:{other.port}/jsonrpc")
+    await nursery.start(serve_raw_a2a, card)
+    config = A2AAgentConfig(
+        card_url=card.card_url,
+        auth_header=("X-API-Key", TOKEN),
+        trusted_origins=(f"http://127.0.0.1:{other.port}",),
+    )
+    agent = AgentSpec(key="remote", target=A2ATarget(config), secrets=config.secrets)
+    result, entries = await delegate(agent)
+    assert result.status == Status.COMPLETED
+    assert all(h.get("x-api-key") == TOKEN for h in other.headers)
+    assert all(TOKEN not in to_json(e.event) for e in entries)

@@ -31,7 +31,11 @@ class RawScenario:
     streaming: bool = True
     #: A card document to serve instead of the valid one (malformed-card tests).
     card_override: dict[str, Any] | None = None
+    #: Where the card says the JSON-RPC interface is (default: this server).
+    interface_url: str | None = None
     requests: list[dict[str, Any]] = attrs.field(factory=list)
+    #: Lower-cased request headers of every request, card fetches included.
+    headers: list[dict[str, str]] = attrs.field(factory=list)
     port: int = 0
 
     @property
@@ -47,7 +51,7 @@ class RawScenario:
             "version": "1.0",
             "supportedInterfaces": [
                 {
-                    "url": f"http://127.0.0.1:{self.port}/jsonrpc",
+                    "url": self.interface_url or f"http://127.0.0.1:{self.port}/jsonrpc",
                     "protocolBinding": "JSONRPC",
                     "protocolVersion": "1.0",
                 }
@@ -77,7 +81,9 @@ def status_frame(task_id: str, state: str, text: str | None = None) -> dict[str,
     return {"statusUpdate": {"taskId": task_id, "contextId": "ctx-raw", "status": status}}
 
 
-async def _read_request(stream: trio.SocketStream) -> tuple[str, str, bytes]:
+async def _read_request(
+    stream: trio.SocketStream,
+) -> tuple[str, str, dict[str, str], bytes]:
     data = b""
     while b"\r\n\r\n" not in data:
         chunk = await stream.receive_some(65536)
@@ -87,14 +93,14 @@ async def _read_request(stream: trio.SocketStream) -> tuple[str, str, bytes]:
     head, _, body = data.partition(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     method, path, _ = lines[0].split(" ", 2)
-    length = 0
+    headers = {}
     for line in lines[1:]:
         name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value.strip())
+        headers[name.strip().lower()] = value.strip()
+    length = int(headers.get("content-length", "0"))
     while len(body) < length:
         body += await stream.receive_some(65536)
-    return method, path, body
+    return method, path, headers, body
 
 
 async def _respond_json(stream: trio.SocketStream, payload: Any, status: str = "200 OK") -> None:
@@ -122,9 +128,10 @@ def _handler(scenario: RawScenario) -> Callable[[trio.SocketStream], Any]:
     async def handle(stream: trio.SocketStream) -> None:
         async with stream:
             try:
-                method, path, body = await _read_request(stream)
+                method, path, headers, body = await _read_request(stream)
             except (EOFError, ValueError, trio.BrokenResourceError):
                 return
+            scenario.headers.append(headers)
             if method == "GET" and path.endswith("agent-card.json"):
                 await _respond_json(stream, scenario.card())
                 return
