@@ -531,7 +531,8 @@ class DelegationActor:
             self.policy,
             clock=run.engine.clock,
             max_artifacts=request.max_artifacts,
-            redactor=Redactor(spec.secrets) if spec.secrets else run.engine._redactor,
+            # Every configured secret, not only this agent's: a remote may echo another's.
+            redactor=run.engine._redactor,
         )
         self.done = trio.Event()
         self.scope = trio.CancelScope()

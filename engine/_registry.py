@@ -163,6 +163,13 @@ class AgentSpec:
     def name(self) -> str:
         return self.display_name or self.key
 
+    @property
+    def all_secrets(self) -> tuple[str, ...]:
+        """`secrets` plus whatever the target says it holds (its `secrets` attribute, if any),
+        so a host that forgets to copy a target's credentials here is still covered."""
+        own = getattr(self.target, "secrets", ())
+        return tuple(dict.fromkeys((*self.secrets, *own)))
+
 
 class Registry:
     """The host's agents by key. Keys are unique; lookups of unknown keys raise a typed error.
@@ -198,7 +205,7 @@ class Registry:
 
     def secrets(self) -> frozenset[str]:
         """Every configured credential value, for redaction."""
-        return frozenset(s for spec in self._agents.values() for s in spec.secrets if s)
+        return frozenset(s for spec in self._agents.values() for s in spec.all_secrets if s)
 
     def __contains__(self, key: object) -> bool:
         return key in self._agents

@@ -150,6 +150,11 @@ class A2ATarget:
         self._lock = trio.Lock()
 
     @property
+    def secrets(self) -> tuple[str, ...]:
+        """The credential values this target sends (the engine redacts them everywhere)."""
+        return self.config.secrets
+
+    @property
     def capabilities(self) -> TargetCapabilities:
         streaming = self.card_info.streaming if self.card_info is not None else True
         return TargetCapabilities(

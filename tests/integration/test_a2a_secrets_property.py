@@ -93,3 +93,9 @@ def test_secret_never_leaves_the_engine(stream: list[dict[str, Any]]) -> None:
         assert SECRET not in document
     for record in records:
         assert SECRET not in record.getMessage()
+
+
+def test_a_targets_own_credentials_are_redacted_even_if_the_host_forgot_them() -> None:
+    config = A2AAgentConfig(card_url="http://127.0.0.1:1/card", auth_header=("X-Key", SECRET))
+    agent = AgentSpec(key="remote", protocol="a2a", target=A2ATarget(config))  # no secrets=
+    assert SECRET in agent.all_secrets
