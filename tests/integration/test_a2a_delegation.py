@@ -391,3 +391,16 @@ async def test_trusted_origins_receive_credentials(nursery: trio.Nursery) -> Non
     assert result.status == Status.COMPLETED
     assert all(h.get("x-api-key") == TOKEN for h in other.headers)
     assert all(TOKEN not in to_json(e.event) for e in entries)
+
+
+@pytest.mark.parametrize("scenario", ["stream", "hang", "drop", "fail"])
+async def test_no_task_outlives_an_a2a_delegation(a2a_server: Any, scenario: str) -> None:
+    from tests.unit.test_no_leaks import tracking
+
+    agent = a2a_agent(a2a_server.card_url(scenario))
+    with tracking() as tracker:
+        async with Engine([agent]) as eng, eng.open_run() as run:
+            await run.delegate(DelegationRequest(agent="remote", objective="x", timeout_seconds=1))
+        await agent.target.aclose()  # type: ignore[attr-defined]
+        assert tracker.names(), "the tracker saw the run's tasks"
+        assert tracker.alive() == []
