@@ -404,3 +404,11 @@ async def test_no_task_outlives_an_a2a_delegation(a2a_server: Any, scenario: str
         await agent.target.aclose()  # type: ignore[attr-defined]
         assert tracker.names(), "the tracker saw the run's tasks"
         assert tracker.alive() == []
+
+
+async def test_a2a_0_3_agent_through_the_sdks_compat_transport(a2a_server: Any) -> None:
+    result, entries = await delegate(a2a_agent(a2a_server.card_url("v03")))
+    assert result.status == Status.COMPLETED, result
+    events = of(entries, result.delegation_id)
+    assert "".join(e.delta for e in events if e.kind == Kind.TEXT_DELTA)
+    assert result.card_fingerprint and result.card_fingerprint.startswith("sha256:")

@@ -181,6 +181,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("nocancel", "WORKING forever; CancelTask refused (TaskNotCancelableError)"),
     Scenario("hangcancel", "WORKING forever; CancelTask never answers"),
     Scenario("huge", "one 5 MiB artifact chunk"),
+    Scenario("v03", "an A2A 0.3 agent (0.3 card, JSON-RPC with the SDK's 0.3 compat) that streams"),
 )
 SCENARIO_NAMES = tuple(s.name for s in SCENARIOS)
 
@@ -412,6 +413,7 @@ class FaultyExecutor(AgentExecutor):
         await emit(_status(context, TaskState.TASK_STATE_COMPLETED, "done: survived the drop"))
 
     _run_dropclean = _run_drop
+    _run_v03 = _run_stream
 
     async def _run_dup(self, context: RequestContext, emit: _Emit) -> None:
         await emit(_status(context, TaskState.TASK_STATE_WORKING, "working on it"))
@@ -661,6 +663,27 @@ def _card(scenario: Scenario, base_url: str) -> AgentCard:
     return card
 
 
+def _v03_card_route(base_url: str) -> Any:
+    """The `v03` agent's card in the A2A 0.3 shape (url + preferredTransport, no interfaces)."""
+    document = {
+        "name": "faulty-v03",
+        "description": "A2A 0.3 test agent",
+        "version": "1.0.0",
+        "protocolVersion": "0.3.0",
+        "url": f"{base_url}/agents/v03/jsonrpc",
+        "preferredTransport": "JSONRPC",
+        "capabilities": {"streaming": True},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "v03", "name": "v03", "description": "0.3 agent", "tags": ["test"]}],
+    }
+
+    async def card(request: Request) -> Response:
+        return JSONResponse(document)
+
+    return card
+
+
 def build_app(base_url: str) -> ASGIApp:
     recorder = Recorder()
     builder = ContextBuilder()
@@ -693,9 +716,15 @@ def build_app(base_url: str) -> ASGIApp:
         )
         handlers.append(handler)
         prefix = f"/agents/{scenario.name}"
-        routes += create_agent_card_routes(card, card_url=prefix + CARD_SUFFIX)
+        if scenario.name == "v03":
+            routes.append(Route(prefix + CARD_SUFFIX, _v03_card_route(base_url), methods=["GET"]))
+        else:
+            routes += create_agent_card_routes(card, card_url=prefix + CARD_SUFFIX)
         routes += create_jsonrpc_routes(
-            handler, rpc_url=prefix + "/jsonrpc", context_builder=builder
+            handler,
+            rpc_url=prefix + "/jsonrpc",
+            context_builder=builder,
+            enable_v0_3_compat=scenario.name == "v03",
         )
         # Mounted (not path_prefix=): the SDK's tenant mount is then /rest/{tenant}/..., which
         # is where the SDK's REST client puts the tenant.
