@@ -39,6 +39,15 @@ def _parser() -> argparse.ArgumentParser:
         "--subscribers", default="1,100", help="comma-separated subscriber counts to measure"
     )
     journal.add_argument("--repeat", type=int, default=3, help="runs per figure (median kept)")
+    a2a = bench_sub.add_parser(
+        "a2a",
+        help="A2A stream events/s through the engine vs a bare a2a-sdk client; cancel cascade",
+    )
+    a2a.add_argument("--events", type=int, default=20_000, help="chunks in the remote stream")
+    a2a.add_argument(
+        "--delegations", type=int, default=100, help="concurrent delegations in the cancel cascade"
+    )
+    a2a.add_argument("--repeat", type=int, default=3, help="runs per figure")
     return parser
 
 
@@ -53,6 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         counts = [int(c) for c in str(args.subscribers).split(",") if c.strip()]
         return int(bench_journal(events=args.events, subscriber_counts=counts, repeat=args.repeat))
+    if args.command == "bench" and args.bench == "a2a":
+        from web.bench_a2a import bench_a2a
+
+        return bench_a2a(events=args.events, delegations=args.delegations, repeat=args.repeat)
     raise AssertionError(f"unhandled command {args.command!r}")
 
 

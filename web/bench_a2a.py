@@ -1,0 +1,729 @@
+"""The A2A benchmark (`subagent-engine bench a2a`): one remote stream and a cancel cascade.
+
+This module owns two measurements of the engine against a remote A2A agent, each printed beside
+what this machine does without the engine in the same run:
+
+- Stream throughput: one task streaming N `assistant-output` text chunks, consumed by a raw httpx
+  reader (the wire's ceiling), by a bare a2a-sdk client, and through the engine (`run.delegate`
+  to an `A2ATarget`). The goal is the engine at >= 0.8x of the bare client.
+- Cancel cascade: a run with many delegations WORKING on a remote that never finishes, then
+  `run.cancel()`; the figure is the time until the last `CancelTask` reaches the remote (goal:
+  p99 < 100 ms), beside the same number of `cancel_task` calls made concurrently by a bare client.
+
+The remote is written here, not borrowed from the SDK: the SDK's reference server streams only
+~750-2,000 chunks/s (FACTS.md), far below either client, so it would measure itself. It is a raw
+HTTP/1.1 JSON-RPC server in the same Trio loop as the clients (one request per connection, like
+`tests/servers/raw_a2a.py`), whose stream bodies are encoded once and written with one `send_all`,
+so that it costs little next to the readers. It holds no engine rules and the engine is driven
+only through its public surface; nothing here may change engine behaviour to look faster.
+
+Method: cards are fetched and clients built before the clock starts; each figure is the median
+(stream) or a percentile (cancel) of `repeat` runs, with the garbage collector emptied before
+each run; every wait has a deadline, so a broken engine shows as a failed check, never a hang.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import aclosing
+from functools import partial
+from importlib.metadata import version
+from typing import Any, Final, TextIO
+
+import attrs
+import httpx
+import trio
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.types import AgentCard, CancelTaskRequest, Message, Part, Role, SendMessageRequest
+
+from adapters.a2a import A2AAgentConfig, A2ATarget
+from engine import (
+    AgentSpec,
+    DelegationHandle,
+    DelegationRequest,
+    Engine,
+    EngineLimits,
+    Kind,
+    RemoteCancel,
+    Status,
+)
+
+__all__ = ["bench_a2a"]
+
+#: The design goals this benchmark checks.
+GOAL_STREAM_RATIO: Final = 0.8
+GOAL_CANCEL_P99_MS: Final = 100.0
+
+#: Deadlines: a measurement that takes longer than this failed (the default run takes ~1 s each).
+STREAM_DEADLINE: Final = 60.0
+WORKING_DEADLINE: Final = 30.0
+CANCEL_DEADLINE: Final = 30.0
+#: Chunks of the warm-up stream run once through each client before any clock starts.
+WARMUP_EVENTS: Final = 200
+
+_WORKING_KINDS: Final = frozenset({Kind.STARTED, Kind.STATUS})
+_DELTA_CHARS: Final = 20  # a typical model delta
+_TEXT_ARTIFACT: Final = "assistant-output"
+_RPC_ID: Final = b'"__rpc_id__"'  # the request id: the only per-request part of a stream
+_WORKING: Final = {"state": "TASK_STATE_WORKING"}
+_SSE_HEAD: Final = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-store\r\n"
+    b"connection: close\r\n\r\n"
+)
+
+
+def _delta(n: int) -> str:
+    # Distinct on purpose: an appended chunk equal to the one before it is a duplicate and is
+    # dropped by the engine's mapping, which would make the engine look faster than it is.
+    return f"chunk {n:07d} text, "
+
+
+def _sse(rpc_result: dict[str, Any]) -> bytes:
+    payload = {"jsonrpc": "2.0", "id": "__rpc_id__", "result": rpc_result}
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _firehose_pieces(events: int, task_id: str) -> list[bytes]:
+    """One streaming answer, pre-encoded: a WORKING Task, `events` appended text chunks (the last
+    with lastChunk), COMPLETED. Split around the request id so each request only joins."""
+    context_id = f"ctx-{task_id}"
+    frames = [_sse({"task": {"id": task_id, "contextId": context_id, "status": _WORKING}})]
+    for n in range(events):
+        chunk = {
+            "taskId": task_id,
+            "contextId": context_id,
+            "artifact": {
+                "artifactId": f"{task_id}-output",
+                "name": _TEXT_ARTIFACT,
+                "parts": [{"text": _delta(n)}],
+            },
+            "append": True,
+            "lastChunk": n == events - 1,
+        }
+        frames.append(_sse({"artifactUpdate": chunk}))
+    status = {"state": "TASK_STATE_COMPLETED"}
+    frames.append(
+        _sse({"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": status}})
+    )
+    return b"".join(frames).split(_RPC_ID)
+
+
+# -- the remote ------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Remote:
+    """The benchmark's A2A agents on one port: `/<agent>/.well-known/agent-card.json`.
+
+    `firehose` and `warmup` answer SendStreamingMessage with a pre-encoded stream; `hang`
+    answers with a WORKING Task and keeps the stream open until the client closes it. Every
+    CancelTask is answered CANCELED and its arrival recorded (`time.perf_counter()`).
+    """
+
+    streams: dict[str, list[bytes]]
+    port: int = 0
+    tasks_started: int = 0
+    cancel_arrivals: list[float] = attrs.field(factory=list)
+    cancelled_ids: list[str] = attrs.field(factory=list)
+
+    def card_url(self, agent: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{agent}/.well-known/agent-card.json"
+
+    def rpc_url(self, agent: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{agent}/jsonrpc"
+
+    def card(self, agent: str) -> dict[str, Any]:
+        return {
+            "name": agent,
+            "description": f"subagent-engine bench agent {agent!r}",
+            "version": "1.0",
+            "supportedInterfaces": [
+                {
+                    "url": self.rpc_url(agent),
+                    "protocolBinding": "JSONRPC",
+                    "protocolVersion": "1.0",
+                }
+            ],
+            "capabilities": {"streaming": True},
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": agent, "name": agent, "description": agent, "tags": ["bench"]}],
+        }
+
+    def forget_cancels(self) -> None:
+        self.cancel_arrivals.clear()
+        self.cancelled_ids.clear()
+
+    async def handle(self, stream: trio.SocketStream) -> None:
+        async with stream:
+            try:
+                method, path, body = await _read_request(stream)
+            except (EOFError, ValueError, trio.BrokenResourceError):
+                return
+            arrived = time.perf_counter()
+            agent = path.strip("/").split("/", 1)[0]
+            if method == "GET" and path.endswith("agent-card.json"):
+                await _respond_json(stream, self.card(agent))
+                return
+            request = json.loads(body or b"{}")
+            rpc_id = request.get("id")
+            name = request.get("method")
+            try:
+                if name == "SendStreamingMessage" and agent in self.streams:
+                    self.tasks_started += 1
+                    await stream.send_all(
+                        _SSE_HEAD + json.dumps(rpc_id).encode().join(self.streams[agent])
+                    )
+                elif name == "SendStreamingMessage" and agent == "hang":
+                    await self._hang(stream, rpc_id)
+                elif name == "CancelTask":
+                    self.cancel_arrivals.append(arrived)
+                    task_id = str(request.get("params", {}).get("id", ""))
+                    self.cancelled_ids.append(task_id)
+                    task = {
+                        "id": task_id,
+                        "contextId": f"ctx-{task_id}",
+                        "status": {"state": "TASK_STATE_CANCELED"},
+                    }
+                    await _respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "result": task})
+                else:
+                    error = {"code": -32001, "message": "Task not found"}
+                    await _respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # the client went away mid-answer (a cancelled stream)
+
+    async def _hang(self, stream: trio.SocketStream, rpc_id: Any) -> None:
+        self.tasks_started += 1
+        task_id = f"hang-{self.tasks_started}"
+        frame = {"task": {"id": task_id, "contextId": f"ctx-{task_id}", "status": _WORKING}}
+        await stream.send_all(_SSE_HEAD + _sse(frame).replace(_RPC_ID, json.dumps(rpc_id).encode()))
+        while await stream.receive_some(4096):  # until the client closes the stream
+            pass
+
+
+async def _read_request(stream: trio.SocketStream) -> tuple[str, str, bytes]:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise EOFError
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    method, path, _ = lines[0].split(" ", 2)
+    length = 0
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise EOFError
+        body += chunk
+    return method, path, body
+
+
+async def _respond_json(stream: trio.SocketStream, payload: Any) -> None:
+    body = json.dumps(payload).encode()
+    head = (
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    )
+    await stream.send_all(head.encode() + body)
+
+
+async def _serve(remote: _Remote, *, task_status: trio.TaskStatus[None]) -> None:
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    remote.port = listeners[0].socket.getsockname()[1]
+    async with trio.open_nursery() as nursery:
+        task_status.started()
+        await trio.serve_listeners(remote.handle, listeners, handler_nursery=nursery)
+
+
+# -- stream throughput -----------------------------------------------------------------------
+
+
+@attrs.frozen
+class _EngineStream:
+    seconds: float
+    status: str
+    entries: int  # journal entries of the run, lifecycle included
+    deltas: int  # text-delta entries
+    text_complete: bool  # the deltas carry exactly the text the remote sent
+    gaps: int
+
+
+def _message() -> SendMessageRequest:
+    return SendMessageRequest(
+        message=Message(
+            message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text="stream")]
+        )
+    )
+
+
+def _http(connections: int = 100) -> httpx.AsyncClient:
+    # The timeouts of an A2ATarget's own client; only the pool size may be raised.
+    return httpx.AsyncClient(
+        timeout=httpx.Timeout(30.0, read=None),
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=20),
+        follow_redirects=False,
+    )
+
+
+def _cascade_pool(delegations: int) -> int:
+    """A pool that holds every open stream and every CancelTask at once (httpx default: 100)."""
+    return max(100, 2 * delegations + 8)
+
+
+async def _fetch_card(http: httpx.AsyncClient, remote: _Remote, agent: str) -> AgentCard:
+    base = f"http://127.0.0.1:{remote.port}"
+    path = remote.card_url(agent).removeprefix(base)
+    return await A2ACardResolver(http, base, agent_card_path=path).get_agent_card()
+
+
+async def _raw_reader_once(remote: _Remote, agent: str) -> tuple[float, int]:
+    """The wire's ceiling: httpx `aiter_lines`, counting `data:` lines, nothing parsed."""
+    request = {"jsonrpc": "2.0", "id": "raw", "method": "SendStreamingMessage", "params": {}}
+    async with _http() as http:
+        count = 0
+        start = time.perf_counter()
+        async with http.stream("POST", remote.rpc_url(agent), json=request) as response:
+            async for line in response.aiter_lines():
+                if line.startswith("data:"):
+                    count += 1
+        return time.perf_counter() - start, count
+
+
+async def _bare_once(card: AgentCard) -> tuple[float, int]:
+    """A bare a2a-sdk streaming client counting the `StreamResponse` items it yields."""
+    async with _http() as http:
+        client = ClientFactory(ClientConfig(streaming=True, httpx_client=http)).create(card)
+        request = _message()
+        count = 0
+        start = time.perf_counter()
+        async with aclosing(client.send_message(request)) as stream:  # type: ignore[type-var]
+            async for _ in stream:
+                count += 1
+        seconds = time.perf_counter() - start
+        await client.close()
+        return seconds, count
+
+
+async def _engine_once(remote: _Remote, agent: str, events: int) -> _EngineStream:
+    """One `run.delegate` to an A2ATarget on the stream; clock from the call to its result."""
+    target = A2ATarget(A2AAgentConfig(card_url=remote.card_url(agent)))
+    spec = AgentSpec(key="firehose", display_name="Firehose", protocol="a2a", target=target)
+    # A replay window that holds the whole run, so the journal can be read back afterwards.
+    window = events + 1_000
+    limits = EngineLimits(
+        replay_window_events=window, replay_window_bytes=max(8 << 20, window << 9)
+    )
+    try:
+        await target.prepare()  # the card fetch stays outside the clock, as for the bare client
+        async with Engine([spec], limits=limits) as eng:
+            async with eng.open_run() as run:
+                start = time.perf_counter()
+                result = await run.delegate(DelegationRequest(agent="firehose", objective="go"))
+                seconds = time.perf_counter() - start
+            journal = eng.journal(run.run_id)
+            assert journal is not None
+            # Read the store, not a subscription: a reader's buffer would merge the deltas again.
+            stored = await journal.store.read_after(0, journal.head)
+            entries = journal.statistics().appended
+            text = [e.event.delta or "" for e in stored if e.event.kind == Kind.TEXT_DELTA]
+            gaps = sum(e.event.kind == Kind.GAP for e in stored)
+    finally:
+        await target.aclose()
+    expected = "".join(_delta(n) for n in range(events))
+    return _EngineStream(
+        seconds=seconds,
+        status=result.status,
+        entries=entries,
+        deltas=len(text),
+        text_complete="".join(text) == expected,
+        gaps=gaps,
+    )
+
+
+# -- cancel cascade --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _CancelRun:
+    to_last_cancel: float  # seconds from run.cancel() to the last CancelTask arrival
+    arrivals: tuple[float, ...]  # seconds from run.cancel() to each arrival
+    to_closed: float  # seconds from run.cancel() until the run's context exited
+    working: int  # delegations seen WORKING before the cancel
+    cancels_received: int  # distinct remote tasks a CancelTask named
+    confirmed: int  # results `cancelled` with remote_cancel `confirmed`
+
+
+async def _engine_cancel_once(remote: _Remote, delegations: int) -> _CancelRun:
+    """`delegations` delegations WORKING on `hang`, then `run.cancel()`."""
+    http = _http(connections=_cascade_pool(delegations))
+    target = A2ATarget(A2AAgentConfig(card_url=remote.card_url("hang")), http=http)
+    spec = AgentSpec(key="hang", display_name="Never finishes", protocol="a2a", target=target)
+    limits = EngineLimits(
+        max_concurrent_per_run=max(8, delegations),
+        max_concurrent_global=max(256, delegations),
+    )
+    remote.forget_cancels()
+    working: set[str] = set()
+    handles: list[DelegationHandle] = []
+    cancelled_at = math.inf
+    try:
+        await target.prepare()
+        async with Engine([spec], limits=limits) as eng:
+            async with eng.open_run() as run:
+                with trio.move_on_after(WORKING_DEADLINE):
+                    async with run.events() as events:
+                        handles += [
+                            run.start_delegation(
+                                DelegationRequest(agent="hang", objective=f"wait {n}")
+                            )
+                            for n in range(delegations)
+                        ]
+                        async for entry in events:
+                            event = entry.event
+                            # The remote's WORKING Task arrives as the start (or a status).
+                            if event.status == "working" and event.kind in _WORKING_KINDS:
+                                working.add(event.delegation_id or "")
+                                if len(working) >= delegations:
+                                    break
+                cancelled_at = time.perf_counter()
+                run.cancel("bench a2a: cancel cascade")
+            closed_at = time.perf_counter()
+    finally:
+        await target.aclose()
+        await http.aclose()
+    arrivals = tuple(sorted(t - cancelled_at for t in remote.cancel_arrivals))
+    confirmed = 0
+    for handle in handles:
+        result = handle.result()
+        confirmed += (
+            result.status == Status.CANCELLED and result.remote_cancel == RemoteCancel.CONFIRMED
+        )
+    return _CancelRun(
+        to_last_cancel=arrivals[-1] if arrivals else math.inf,
+        arrivals=arrivals,
+        to_closed=closed_at - cancelled_at,
+        working=len(working),
+        cancels_received=len(set(remote.cancelled_ids)),
+        confirmed=confirmed,
+    )
+
+
+#: The cascade's floors, cheapest first: what `count` concurrent CancelTask requests cost this
+#: process (client and server) with raw sockets, with httpx, and with the bare a2a-sdk client.
+_FLOORS: Final = ("raw sockets", "raw httpx POST", "bare a2a-sdk cancel_task")
+
+
+async def _cancel_floor_once(
+    remote: _Remote, card: AgentCard, count: int, floor: str
+) -> tuple[float, int]:
+    """`count` concurrent CancelTask requests sent the `floor` way; seconds from the first send
+    to the last arrival, and how many arrived."""
+    url = remote.rpc_url("hang")
+    payloads = [
+        json.dumps(
+            {"jsonrpc": "2.0", "id": n, "method": "CancelTask", "params": {"id": f"floor-{n}"}}
+        ).encode()
+        for n in range(count)
+    ]
+    async with _http(connections=_cascade_pool(count)) as http:
+        client = ClientFactory(ClientConfig(streaming=False, httpx_client=http)).create(card)
+        requests = [CancelTaskRequest(id=f"floor-{n}") for n in range(count)]
+
+        async def raw_socket(body: bytes) -> None:
+            head = (
+                f"POST /hang/jsonrpc HTTP/1.1\r\nhost: 127.0.0.1:{remote.port}\r\n"
+                f"content-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+            )
+            async with await trio.open_tcp_stream("127.0.0.1", remote.port) as stream:
+                await stream.send_all(head.encode() + body)
+                while await stream.receive_some(65536):  # until the server closes
+                    pass
+
+        async def raw_httpx(body: bytes) -> None:
+            await http.post(url, content=body, headers={"content-type": "application/json"})
+
+        calls: list[Callable[[], Awaitable[object]]]
+        if floor == "raw sockets":
+            calls = [partial(raw_socket, body) for body in payloads]
+        elif floor == "raw httpx POST":
+            calls = [partial(raw_httpx, body) for body in payloads]
+        else:
+            calls = [partial(client.cancel_task, request) for request in requests]
+        remote.forget_cancels()
+        start = time.perf_counter()
+        async with trio.open_nursery() as nursery:
+            for call in calls:
+                nursery.start_soon(call)
+        await client.close()
+    arrivals = remote.cancel_arrivals
+    return (max(arrivals) - start if arrivals else math.inf), len(arrivals)
+
+
+# -- the run ---------------------------------------------------------------------------------
+
+
+@attrs.define
+class _Figures:
+    raw: list[tuple[float, int]] = attrs.field(factory=list)
+    bare: list[tuple[float, int]] = attrs.field(factory=list)
+    engine: list[_EngineStream] = attrs.field(factory=list)
+    floors: dict[str, list[tuple[float, int]]] = attrs.field(
+        factory=lambda: {floor: [] for floor in _FLOORS}
+    )
+    cancels: list[_CancelRun] = attrs.field(factory=list)
+    problems: list[str] = attrs.field(factory=list)
+
+
+async def _measure(events: int, delegations: int, repeat: int) -> _Figures:
+    figures = _Figures()
+    remote = _Remote(
+        streams={
+            "firehose": _firehose_pieces(events, "firehose-task"),
+            "warmup": _firehose_pieces(min(events, WARMUP_EVENTS), "warmup-task"),
+        }
+    )
+
+    async def timed(label: str, deadline: float, measure: Callable[[], Awaitable[Any]]) -> Any:
+        gc.collect()
+        with trio.move_on_after(deadline):
+            return await measure()
+        figures.problems.append(f"FAILED {label}: no answer within {deadline:g} s")
+        return None
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_serve, remote)
+        async with _http() as http:
+            cards = {a: await _fetch_card(http, remote, a) for a in ("firehose", "warmup", "hang")}
+        # Warm-up: imports, protobuf descriptors and code paths, once per client, unclocked.
+        await _raw_reader_once(remote, "warmup")
+        await _bare_once(cards["warmup"])
+        await _engine_once(remote, "warmup", min(events, WARMUP_EVENTS))
+
+        for _ in range(repeat):
+            for label, into, measure in (
+                ("raw reader", figures.raw, lambda: _raw_reader_once(remote, "firehose")),
+                ("bare client", figures.bare, lambda: _bare_once(cards["firehose"])),
+                ("engine stream", figures.engine, lambda: _engine_once(remote, "firehose", events)),
+            ):
+                outcome = await timed(label, STREAM_DEADLINE, measure)
+                if outcome is not None:
+                    into.append(outcome)
+        for _ in range(repeat):
+            for floor in _FLOORS:
+                outcome = await timed(
+                    floor,
+                    CANCEL_DEADLINE,
+                    partial(_cancel_floor_once, remote, cards["hang"], delegations, floor),
+                )
+                if outcome is not None:
+                    figures.floors[floor].append(outcome)
+            outcome = await timed(
+                "cancel cascade",
+                WORKING_DEADLINE + CANCEL_DEADLINE,
+                lambda: _engine_cancel_once(remote, delegations),
+            )
+            if outcome is not None:
+                figures.cancels.append(outcome)
+        nursery.cancel_scope.cancel()
+    return figures
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def _percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (inclusive): defined for one value too."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    k = (len(ordered) - 1) * q
+    low, high = math.floor(k), math.ceil(k)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}" if math.isfinite(seconds) else "-"
+
+
+def _stream_rate(runs: Sequence[tuple[float, int]]) -> tuple[int, float, float]:
+    """(items of the last run, median seconds, items/s at the median)."""
+    if not runs:
+        return 0, math.nan, math.nan
+    seconds = statistics.median(s for s, _ in runs)
+    items = runs[-1][1]
+    return items, seconds, items / seconds
+
+
+def _print_stream(figures: _Figures, events: int, repeat: int, out: TextIO) -> float:
+    expected = events + 2  # the Task, the chunks, COMPLETED
+    print(
+        f"stream throughput: 1 remote task streaming {events:,} appended {_TEXT_ARTIFACT!r} "
+        f"chunks of {_DELTA_CHARS} chars, plus its Task and COMPLETED: {expected:,} items",
+        file=out,
+    )
+    header = f"{'measurement':<44} {'items':>8} {'median s':>9} {'events/s':>10} {'vs bare':>8}"
+    print(header, file=out)
+    print("-" * len(header), file=out)
+    _, _, bare_rate = _stream_rate(figures.bare)
+    engine_runs = [(r.seconds, expected) for r in figures.engine]
+    rows = [
+        ("raw httpx reader (aiter_lines, no parsing)", figures.raw),
+        ("bare a2a-sdk client (send_message)", figures.bare),
+        ("engine (run.delegate -> A2ATarget)", engine_runs),
+    ]
+    for label, runs in rows:
+        items, seconds, rate = _stream_rate(runs)
+        print(
+            f"{label:<44} {items:>8,} {seconds:>9.3f} {rate:>10,.0f} {rate / bare_rate:>7.2f}x",
+            file=out,
+        )
+    for label, runs in rows[:2]:
+        if runs and runs[-1][1] != expected:
+            figures.problems.append(f"LOST {label}: {runs[-1][1]:,} items, expected {expected:,}")
+    ratio = _stream_rate(engine_runs)[2] / bare_rate
+    if figures.engine:
+        last = figures.engine[-1]
+        merged = "" if last.deltas == events else " (adjacent deltas merged under back-pressure)"
+        print(
+            f"engine journal (last run): {last.entries:,} entries, of which {last.deltas:,} "
+            f"text deltas for {events:,} remote chunks{merged}; text "
+            f"{'complete' if last.text_complete else 'INCOMPLETE'}",
+            file=out,
+        )
+        for n, run in enumerate(figures.engine, 1):
+            if run.status != Status.COMPLETED:
+                figures.problems.append(f"FAILED engine stream run {n}: result {run.status}")
+            if not run.text_complete or run.gaps:
+                figures.problems.append(
+                    f"LOST engine stream run {n}: the journal's text deltas do not add up to the "
+                    f"remote's text ({run.gaps} gap markers)"
+                )
+    verdict = "MET" if ratio >= GOAL_STREAM_RATIO else "NOT MET"
+    print(
+        f"goal: engine >= {GOAL_STREAM_RATIO}x of the bare client: {verdict} "
+        f"(ratio {ratio:.2f}, medians of {repeat})",
+        file=out,
+    )
+    return ratio
+
+
+def _print_cancel(figures: _Figures, delegations: int, repeat: int, out: TextIO) -> float:
+    print(
+        f"cancel cascade: {delegations} concurrent delegations WORKING on a remote that never "
+        "finishes, then run.cancel(); engine times from that call, floors from the first send "
+        f"of {delegations} concurrent CancelTask requests to the last arrival",
+        file=out,
+    )
+    header = f"{'measurement':<44} {'samples':>8} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9}"
+    print(header, file=out)
+    print("-" * len(header), file=out)
+    runs = figures.cancels
+    rows = [(f"floor: {floor}", [s for s, _ in figures.floors[floor]]) for floor in _FLOORS]
+    rows += [
+        ("engine: run.cancel() -> last CancelTask", [r.to_last_cancel for r in runs]),
+        ("engine: run.cancel() -> each CancelTask", [a for r in runs for a in r.arrivals]),
+        ("engine: run.cancel() -> run closed", [r.to_closed for r in runs]),
+    ]
+    for label, values in rows:
+        print(
+            f"{label:<44} {len(values):>8,} {_ms(_percentile(values, 0.5)):>9} "
+            f"{_ms(_percentile(values, 0.99)):>9} {_ms(max(values, default=math.inf)):>9}",
+            file=out,
+        )
+    total = delegations * len(runs)
+    confirmed = sum(r.confirmed for r in runs)
+    received = sum(r.cancels_received for r in runs)
+    print(
+        f"outcomes over {len(runs)} run(s): {confirmed:,}/{total:,} delegations cancelled with "
+        f"remote_cancel=confirmed; {received:,}/{total:,} remote tasks named by a CancelTask",
+        file=out,
+    )
+    for n, run in enumerate(runs, 1):
+        if run.working < delegations:
+            figures.problems.append(
+                f"FAILED cancel run {n}: only {run.working}/{delegations} delegations WORKING "
+                f"within {WORKING_DEADLINE:g} s"
+            )
+        if run.confirmed < delegations or run.cancels_received < delegations:
+            figures.problems.append(
+                f"FAILED cancel run {n}: {run.confirmed}/{delegations} confirmed, "
+                f"{run.cancels_received}/{delegations} CancelTask received"
+            )
+    for floor, floor_runs in figures.floors.items():
+        for n, (_, received_floor) in enumerate(floor_runs, 1):
+            if received_floor < delegations:
+                figures.problems.append(
+                    f"FAILED {floor} run {n}: {received_floor}/{delegations} CancelTask received"
+                )
+    p99 = _percentile([r.to_last_cancel for r in runs], 0.99)
+    verdict = "MET" if p99 < GOAL_CANCEL_P99_MS / 1000 else "NOT MET"
+    print(
+        f"goal: run.cancel() -> last CancelTask p99 < {GOAL_CANCEL_P99_MS:g} ms: {verdict} "
+        f"(p99 {_ms(p99)} ms over {len(runs)} of {repeat} run(s))",
+        file=out,
+    )
+    return p99
+
+
+def bench_a2a(*, events: int, delegations: int, repeat: int, out: TextIO | None = None) -> int:
+    """Measure and print the engine's A2A stream throughput and cancel cascade beside a bare
+    a2a-sdk client on the same in-process remote.
+
+    Returns 0; 1 if a measurement did not complete (an item, a delta or a CancelTask lost, a
+    delegation not confirmed cancelled, a deadline passed); 2 for arguments out of range.
+    A missed goal is printed as NOT MET and does not change the exit code.
+    """
+    out = out or sys.stdout
+    if events < 1 or delegations < 1 or repeat < 1:
+        print("--events, --delegations and --repeat must be at least 1", file=out)
+        return 2
+    print(
+        f"subagent-engine bench a2a: Python {platform.python_version()}, trio {trio.__version__}, "
+        f"a2a-sdk {version('a2a-sdk')}, httpx {httpx.__version__}, "
+        f"os.cpu_count()={os.cpu_count()}, {repeat} run(s) per figure",
+        file=out,
+    )
+    print(
+        "remote: a raw JSON-RPC A2A server in this process and Trio loop (127.0.0.1, one "
+        "request per connection), stream bodies encoded once and written with one send_all; "
+        "it shares the thread with the clients, so every figure includes its (small) share",
+        file=out,
+    )
+    print(
+        f"httpx: one pool per client, max_connections {_cascade_pool(delegations)} for the "
+        "cascade (every stream plus every CancelTask), 100 otherwise",
+        file=out,
+    )
+    print(file=out, flush=True)
+    started = time.perf_counter()
+    figures = trio.run(_measure, events, delegations, repeat)
+    _print_stream(figures, events, repeat, out)
+    print(file=out)
+    _print_cancel(figures, delegations, repeat, out)
+    print(file=out)
+    for problem in figures.problems:
+        print(f"!! {problem}", file=out)
+    max_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(
+        f"max RSS of this process: {max_rss_kib / 1024:.1f} MiB; "
+        f"wall time {time.perf_counter() - started:.1f} s",
+        file=out,
+        flush=True,
+    )
+    return 1 if figures.problems else 0
