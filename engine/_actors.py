@@ -719,11 +719,17 @@ class DelegationActor:
         # between two of them must not lose the rest (an opened message, a terminal). The wait
         # is bounded: the run's writer is itself shielded and always drains the mailbox.
         run = self.run_actor
-        with trio.CancelScope(shield=True):
-            for event in events:
-                if event.is_terminal and self.state.result is not None:
-                    run.record(self.state.result)  # recorded before anyone sees the terminal
-                await run.publish(event)
+        mailbox = run.mailbox
+        for index, event in enumerate(events):
+            if event.is_terminal and self.state.result is not None:
+                run.record(self.state.result)  # recorded before anyone sees the terminal
+            if not mailbox.offer(JournalEntry(event)):  # fast path: no wait, nothing to shield
+                with trio.CancelScope(shield=True):
+                    for waiting in events[index:]:
+                        if waiting.is_terminal and self.state.result is not None:
+                            run.record(self.state.result)
+                        await run.publish(waiting)
+                break
         # No checkpoint here on purpose: if this publish made the actor cancel the session's
         # scope, the Cancelled should surface at the session's next await (inside a remote
         # stream's `__anext__`, which unwinds and closes the SDK's nested generators) rather
