@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-import os
-import re
-import selectors
-import signal
-import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import pytest
+
+from tests.servers.process import ready_server
 
 # --- fault-injecting a2a-sdk server (tests/servers/a2a_faulty.py) -------------------------------
 
@@ -70,81 +65,21 @@ class A2AFaultyServer:
         self._http.post(f"{self.base_url}/_test/reset").raise_for_status()
 
 
-def _read_ready_port(proc: subprocess.Popen[bytes], timeout: float) -> int:
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    deadline = time.monotonic() + timeout
-    buffer = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        while b"\n" not in buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no READY line within {timeout:.0f} s")
-            if not selector.select(remaining):
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                raise RuntimeError(f"server exited before READY (exit code {proc.wait(5)})")
-            buffer += chunk
-    line = buffer.split(b"\n", 1)[0].decode(errors="replace").strip()
-    match = re.fullmatch(r"READY (\d+)", line)
-    if match is None:
-        raise RuntimeError(f"unexpected first stdout line {line!r}")
-    return int(match.group(1))
-
-
-def _terminate_group(proc: subprocess.Popen[bytes], grace: float) -> None:
-    """SIGTERM the process group; SIGKILL it if it is still there after `grace` seconds."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=grace)
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            stream.close()
-
-
-def _tail(stderr: IO[bytes]) -> str:
-    stderr.seek(0)
-    return stderr.read().decode(errors="replace").strip()[-3000:]
-
-
 @pytest.fixture(scope="session")
 def a2a_server() -> Iterator[A2AFaultyServer]:
     """The fault-injecting a2a-sdk server, one process (own process group) for the session."""
-    with tempfile.NamedTemporaryFile(prefix="a2a_faulty-", suffix=".stderr") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.servers.a2a_faulty", "--port", "0", "--watch-stdin"],
-            cwd=REPO_ROOT,
-            stdin=subprocess.PIPE,  # it exits when this closes, even if pytest is SIGKILLed
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            start_new_session=True,  # own process group: teardown signals the whole group
+    argv = [sys.executable, "-m", "tests.servers.a2a_faulty", "--port", "0", "--watch-stdin"]
+    with ready_server(
+        argv,
+        cwd=REPO_ROOT,
+        name="a2a_faulty",
+        ready_timeout=_FAULTY_READY_TIMEOUT,
+        stop_timeout=_FAULTY_STOP_TIMEOUT,
+    ) as (port, pid, stderr_path):
+        server = A2AFaultyServer(
+            base_url=f"http://127.0.0.1:{port}", port=port, pid=pid, stderr_path=stderr_path
         )
         try:
-            try:
-                port = _read_ready_port(proc, _FAULTY_READY_TIMEOUT)
-            except (TimeoutError, RuntimeError) as exc:
-                pytest.fail(f"a2a_faulty server did not start: {exc}\n{_tail(stderr)}")
-            server = A2AFaultyServer(
-                base_url=f"http://127.0.0.1:{port}",
-                port=port,
-                pid=proc.pid,
-                stderr_path=stderr.name,
-            )
-            try:
-                yield server
-            finally:
-                server._http.close()
+            yield server
         finally:
-            _terminate_group(proc, _FAULTY_STOP_TIMEOUT)
+            server._http.close()

@@ -3,21 +3,18 @@
 from __future__ import annotations
 
 import fcntl
-import os
 import re
-import selectors
 import shutil
-import signal
 import subprocess
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import httpx
 import pytest
+
+from tests.servers.process import ready_server
 
 # --- @a2a-js/sdk server (tests/servers/a2a_js) -------------------------------------------------
 
@@ -121,77 +118,21 @@ def _ensure_node_modules(npm: str) -> None:
         )
 
 
-def _read_ready_line(proc: subprocess.Popen[bytes], deadline: float) -> int:
-    assert proc.stdout is not None
-    fd = proc.stdout.fileno()
-    buffer = b""
-    with selectors.DefaultSelector() as selector:
-        selector.register(fd, selectors.EVENT_READ)
-        while b"\n" not in buffer:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no READY line within {_A2A_JS_READY_TIMEOUT:.0f} s")
-            if not selector.select(remaining):
-                continue
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                raise RuntimeError(f"server exited before READY (exit code {proc.poll()})")
-            buffer += chunk
-    line = buffer.split(b"\n", 1)[0].decode(errors="replace").strip()
-    match = re.fullmatch(r"READY (\d+)", line)
-    if match is None:
-        raise RuntimeError(f"unexpected first stdout line {line!r}")
-    return int(match.group(1))
-
-
-def _stop_process_group(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the server's process group, SIGKILL it if still there after the grace period."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=_A2A_JS_STOP_TIMEOUT)
-        except subprocess.TimeoutExpired:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait(timeout=_A2A_JS_STOP_TIMEOUT)
-    for stream in (proc.stdin, proc.stdout):
-        if stream is not None:
-            stream.close()
-
-
-def _tail(stderr: IO[bytes]) -> str:
-    stderr.seek(0)
-    return stderr.read().decode(errors="replace").strip()[-3000:]
-
-
 @pytest.fixture(scope="session")
 def a2a_js_server() -> Iterator[A2AJsServer]:
     """One `node server.mjs` for the session, serving the stream / fail / hang agents."""
     node, npm = _require_node_and_npm()
     _ensure_node_modules(npm)
-    with tempfile.TemporaryFile() as stderr:
-        proc = subprocess.Popen(
-            [node, "server.mjs", "--host", "127.0.0.1", "--port", "0", "--watch-stdin"],
-            cwd=A2A_JS_DIR,
-            stdin=subprocess.PIPE,  # the server exits when this closes, even if pytest is killed
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            start_new_session=True,  # own process group: teardown signals the whole group
-        )
+    argv = [node, "server.mjs", "--host", "127.0.0.1", "--port", "0", "--watch-stdin"]
+    with ready_server(
+        argv,
+        cwd=A2A_JS_DIR,
+        name="a2a-js server",
+        ready_timeout=_A2A_JS_READY_TIMEOUT,
+        stop_timeout=_A2A_JS_STOP_TIMEOUT,
+    ) as (port, pid, _):
+        server = A2AJsServer(base_url=f"http://127.0.0.1:{port}", pid=pid)
         try:
-            try:
-                port = _read_ready_line(proc, time.monotonic() + _A2A_JS_READY_TIMEOUT)
-            except (TimeoutError, RuntimeError) as exc:
-                pytest.fail(f"a2a-js server did not start: {exc}\n{_tail(stderr)}", pytrace=False)
-            server = A2AJsServer(base_url=f"http://127.0.0.1:{port}", pid=proc.pid)
-            try:
-                yield server
-            finally:
-                server._http.close()
+            yield server
         finally:
-            _stop_process_group(proc)
+            server._http.close()
