@@ -57,6 +57,7 @@ from engine import (
     RemoteCancel,
     Status,
 )
+from web._raw_http import read_request, respond_json
 
 __all__ = ["bench_a2a"]
 
@@ -167,13 +168,13 @@ class _Remote:
     async def handle(self, stream: trio.SocketStream) -> None:
         async with stream:
             try:
-                method, path, body = await _read_request(stream)
+                method, path, _, body = await read_request(stream)
             except (EOFError, ValueError, trio.BrokenResourceError):
                 return
             arrived = time.perf_counter()
             agent = path.strip("/").split("/", 1)[0]
             if method == "GET" and path.endswith("agent-card.json"):
-                await _respond_json(stream, self.card(agent))
+                await respond_json(stream, self.card(agent))
                 return
             request = json.loads(body or b"{}")
             rpc_id = request.get("id")
@@ -195,10 +196,10 @@ class _Remote:
                         "contextId": f"ctx-{task_id}",
                         "status": {"state": "TASK_STATE_CANCELED"},
                     }
-                    await _respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "result": task})
+                    await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "result": task})
                 else:
                     error = {"code": -32001, "message": "Task not found"}
-                    await _respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
+                    await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 return  # the client went away mid-answer (a cancelled stream)
 
@@ -209,38 +210,6 @@ class _Remote:
         await stream.send_all(_SSE_HEAD + _sse(frame).replace(_RPC_ID, json.dumps(rpc_id).encode()))
         while await stream.receive_some(4096):  # until the client closes the stream
             pass
-
-
-async def _read_request(stream: trio.SocketStream) -> tuple[str, str, bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise EOFError
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    length = 0
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        if name.strip().lower() == "content-length":
-            length = int(value.strip())
-    while len(body) < length:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise EOFError
-        body += chunk
-    return method, path, body
-
-
-async def _respond_json(stream: trio.SocketStream, payload: Any) -> None:
-    body = json.dumps(payload).encode()
-    head = (
-        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    await stream.send_all(head.encode() + body)
 
 
 async def _serve(remote: _Remote, *, task_status: trio.TaskStatus[None]) -> None:

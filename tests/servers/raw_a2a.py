@@ -16,6 +16,8 @@ from typing import Any
 import attrs
 import trio
 
+from web._raw_http import read_request, respond_json
+
 Frame = str | dict[str, Any]
 
 
@@ -81,37 +83,6 @@ def status_frame(task_id: str, state: str, text: str | None = None) -> dict[str,
     return {"statusUpdate": {"taskId": task_id, "contextId": "ctx-raw", "status": status}}
 
 
-async def _read_request(
-    stream: trio.SocketStream,
-) -> tuple[str, str, dict[str, str], bytes]:
-    data = b""
-    while b"\r\n\r\n" not in data:
-        chunk = await stream.receive_some(65536)
-        if not chunk:
-            raise EOFError
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    method, path, _ = lines[0].split(" ", 2)
-    headers = {}
-    for line in lines[1:]:
-        name, _, value = line.partition(":")
-        headers[name.strip().lower()] = value.strip()
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        body += await stream.receive_some(65536)
-    return method, path, headers, body
-
-
-async def _respond_json(stream: trio.SocketStream, payload: Any, status: str = "200 OK") -> None:
-    body = json.dumps(payload).encode()
-    head = (
-        f"HTTP/1.1 {status}\r\ncontent-type: application/json\r\n"
-        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
-    )
-    await stream.send_all(head.encode() + body)
-
-
 async def _respond_sse(stream: trio.SocketStream, rpc_id: Any, frames: list[Frame]) -> None:
     head = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n"
     await stream.send_all(head.encode())
@@ -128,12 +99,12 @@ def _handler(scenario: RawScenario) -> Callable[[trio.SocketStream], Any]:
     async def handle(stream: trio.SocketStream) -> None:
         async with stream:
             try:
-                method, path, headers, body = await _read_request(stream)
+                method, path, headers, body = await read_request(stream)
             except (EOFError, ValueError, trio.BrokenResourceError):
                 return
             scenario.headers.append(headers)
             if method == "GET" and path.endswith("agent-card.json"):
-                await _respond_json(stream, scenario.card())
+                await respond_json(stream, scenario.card())
                 return
             request = json.loads(body or b"{}")
             scenario.requests.append(request)
@@ -144,7 +115,7 @@ def _handler(scenario: RawScenario) -> Callable[[trio.SocketStream], Any]:
             elif name == "SubscribeToTask" and scenario.subscribe is not None:
                 await _respond_sse(stream, rpc_id, scenario.subscribe)
             elif name == "GetTask" and scenario.get_task is not None:
-                await _respond_json(
+                await respond_json(
                     stream, {"jsonrpc": "2.0", "id": rpc_id, "result": scenario.get_task}
                 )
             elif name == "CancelTask":
@@ -154,10 +125,10 @@ def _handler(scenario: RawScenario) -> Callable[[trio.SocketStream], Any]:
                     "contextId": "ctx-raw",
                     "status": {"state": scenario.cancel_state},
                 }
-                await _respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "result": result})
+                await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "result": result})
             else:
                 error = {"code": -32001, "message": "Task not found"}
-                await _respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
+                await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
 
     return handle
 
