@@ -94,6 +94,10 @@ class A2AAgentConfig:
     #: `x-parent-run-id`, `x-parent-tool-call-id`, `x-delegation-id`.
     forward_identity: bool = False
     request_timeout: float = 30.0
+    #: Protocol bindings to use, in order of preference; the card's order wins unless
+    #: `prefer_own_bindings` (e.g. ("HTTP+JSON",) to insist on REST).
+    bindings: tuple[str, ...] = ("JSONRPC", "HTTP+JSON")
+    prefer_own_bindings: bool = False
     text_artifact_names: frozenset[str] = frozenset({"assistant-output", "assistant_output"})
 
     @property
@@ -202,7 +206,8 @@ class A2ATarget:
                 ClientConfig(
                     streaming=streaming and not control,
                     httpx_client=self._control_http if control else self._http,
-                    supported_protocol_bindings=["JSONRPC", "HTTP+JSON"],
+                    supported_protocol_bindings=list(self.config.bindings),
+                    use_client_preference=self.config.prefer_own_bindings,
                 )
             )
             try:

@@ -412,3 +412,26 @@ async def test_a2a_0_3_agent_through_the_sdks_compat_transport(a2a_server: Any) 
     events = of(entries, result.delegation_id)
     assert "".join(e.delta for e in events if e.kind == Kind.TEXT_DELTA)
     assert result.card_fingerprint and result.card_fingerprint.startswith("sha256:")
+
+
+@pytest.mark.parametrize("binding", ["JSONRPC", "HTTP+JSON"])
+async def test_each_binding_delegates_and_cancels(a2a_server: Any, binding: str) -> None:
+    a2a_server.reset()
+    results = {}
+    for scenario in ("stream", "hang"):
+        config = A2AAgentConfig(
+            card_url=a2a_server.card_url(scenario),
+            tenant="acme",
+            bindings=(binding,),
+            prefer_own_bindings=True,
+        )
+        agent = AgentSpec(key="remote", protocol="a2a", target=A2ATarget(config))
+        results[scenario], _ = await delegate(agent, timeout_seconds=1)
+    assert results["stream"].status == Status.COMPLETED
+    assert results["hang"].remote_cancel == RemoteCancel.CONFIRMED
+    recorded = {"JSONRPC": "jsonrpc", "HTTP+JSON": "rest"}[binding]  # the server's spelling
+    sent = a2a_server.entries("stream", "messages", results["stream"].remote_task_id)
+    assert {m["binding"] for m in sent} == {recorded}
+    cancels = a2a_server.entries("hang", "cancels", results["hang"].remote_task_id)
+    assert [c["binding"] for c in cancels] == [recorded]
+    assert cancels[0]["tenant"] == "acme"
