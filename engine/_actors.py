@@ -628,6 +628,8 @@ class DelegationActor:
         self._session = target.open_session(task, self.nursery)
         self._sent_task = True
         await self._call(self._session.start)
+        # A session may have fallen back from streaming to polling (policy permitting).
+        stream = bool(getattr(self._session, "streaming", stream))
         polls = 0
         recoveries = 0
         state = self.state

@@ -102,6 +102,9 @@ class DelegationPolicy:
     max_polls: int = attrs.field(default=100_000, validator=_non_negative)
     stream_recovery_attempts: int = attrs.field(default=1, validator=_non_negative)
     require_streaming: bool = False
+    #: When a streaming send is refused before the remote accepted the task, send it again
+    #: without streaming and poll (a target that supports it says so through `session.streaming`).
+    fallback_to_polling: bool = True
     input_required: str = attrs.field(default=InputRequiredMode.FAIL, validator=_input_mode)
     input_wait_timeout: float = attrs.field(default=300.0, validator=_positive)
     max_artifacts: int = attrs.field(default=20, validator=_non_negative)

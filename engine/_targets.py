@@ -112,7 +112,10 @@ class Answer:
 class TargetSession(Protocol):
     """One delegation on one target. Methods are called by one actor task, never concurrently,
     except `cancel()`, which may run (shielded, with its own deadline) after any of them was
-    cancelled. `aclose()` is always called last and must not raise."""
+    cancelled. `aclose()` is always called last and must not raise.
+
+    A session may have a `streaming` attribute: read after `start()`, False means it fell back
+    from streaming to polling (e.g. the remote refused a streaming send), and the actor polls."""
 
     async def start(self, emit: Emit) -> None:
         """Send the task. Streaming: emit progress until the remote stream ends. Otherwise:

@@ -251,6 +251,14 @@ def _split_card_url(card_url: str) -> tuple[str, str]:
     return base, parts.path or "/.well-known/agent-card.json"
 
 
+class _StreamingRefused(Exception):
+    """A streaming send the remote refused before accepting any task."""
+
+    def __init__(self, error: DelegationError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
 def _is_transport_error(exc: BaseException) -> bool:
     """A broken connection (as opposed to a protocol-level refusal by the remote)."""
     if isinstance(exc, httpx.TransportError):
@@ -285,6 +293,8 @@ class _A2ASession:
         )
         self.task_id: str | None = None
         self.context_id: str | None = task.remote_context_id
+        #: False once a refused streaming send fell back to polling (the actor reads it).
+        self.streaming = task.stream
 
     def _context(self) -> ClientCallContext | None:
         config = self._target.config
@@ -327,6 +337,19 @@ class _A2ASession:
             self.context_id = context_id
 
     async def _send(self, parts: Sequence[Part], emit: Emit, doing: str) -> None:
+        try:
+            await self._send_once(parts, emit, doing, stream=self.streaming)
+        except _StreamingRefused as refused:
+            if not self._task.policy.fallback_to_polling:
+                raise refused.error from None
+            # The card said it streams, the remote refused: send again and poll instead.
+            self.streaming = False
+            self._mapper.streaming = False
+            await self._send_once(parts, emit, doing, stream=False)
+
+    async def _send_once(
+        self, parts: Sequence[Part], emit: Emit, doing: str, *, stream: bool
+    ) -> None:
         config = self._target.config
         message = Message(
             message_id=uuid.uuid4().hex,
@@ -340,11 +363,11 @@ class _A2ASession:
             message=message,
             configuration=SendMessageConfiguration(
                 history_length=self._task.request.history_length or 0,
-                return_immediately=not self._task.stream,
+                return_immediately=not stream,
             ),
         )
         request.metadata.update(self._metadata())
-        client = self._target._client(self._task.stream)
+        client = self._target._client(stream)
         try:
             await self._relay(client.send_message(request, context=self._context()), emit)
         except _UNREADABLE as exc:
@@ -354,7 +377,10 @@ class _A2ASession:
                 # The task was accepted and the connection broke: that is a dropped stream,
                 # which the delegation recovers with resubscribe/GetTask, not a failure.
                 return
-            raise self._target._error(ErrorCode.AGENT_UNAVAILABLE, doing, exc) from None
+            error = self._target._error(ErrorCode.AGENT_UNAVAILABLE, doing, exc)
+            if stream and self.task_id is None and isinstance(exc, A2AError):
+                raise _StreamingRefused(error) from None
+            raise error from None
 
     async def start(self, emit: Emit) -> None:
         await self._send([Part(text=_render_prompt(self._task))], emit, "sending the task")

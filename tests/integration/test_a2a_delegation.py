@@ -435,3 +435,47 @@ async def test_each_binding_delegates_and_cancels(a2a_server: Any, binding: str)
     cancels = a2a_server.entries("hang", "cancels", results["hang"].remote_task_id)
     assert [c["binding"] for c in cancels] == [recorded]
     assert cancels[0]["tenant"] == "acme"
+
+
+def refusing_streamer() -> RawScenario:
+    return RawScenario(
+        refuse_streaming=True,
+        send_result=task_frame("t1", "TASK_STATE_SUBMITTED"),
+        get_task={"id": "t1", "contextId": "ctx-raw", "status": {"state": "TASK_STATE_COMPLETED"}},
+    )
+
+
+async def test_refused_streaming_falls_back_to_polling(nursery: trio.Nursery) -> None:
+    scenario = refusing_streamer()
+    result, entries = await raw_delegate(nursery, scenario, poll_interval=0.01)
+    assert result.status == Status.COMPLETED, result
+    assert scenario.methods()[:2] == ["SendStreamingMessage", "SendMessage"]
+    assert "GetTask" in scenario.methods()
+    assert Kind.TEXT_DELTA not in kinds(of(entries, result.delegation_id))
+
+
+async def test_refused_streaming_fails_when_policy_forbids_fallback(
+    nursery: trio.Nursery,
+) -> None:
+    scenario = refusing_streamer()
+    result, _ = await raw_delegate(nursery, scenario, fallback_to_polling=False)
+    assert result.status == Status.FAILED
+    assert result.error is not None and result.error.code == ErrorCode.AGENT_UNAVAILABLE
+    assert scenario.methods() == ["SendStreamingMessage"]
+
+
+async def test_auth_required_is_an_input_request(nursery: trio.Nursery) -> None:
+    scenario = RawScenario(
+        stream=[
+            task_frame("t1", "TASK_STATE_WORKING"),
+            status_frame("t1", "TASK_STATE_AUTH_REQUIRED", "sign in at the portal"),
+        ]
+    )
+    result, entries = await raw_delegate(nursery, scenario)
+    events = of(entries, result.delegation_id)
+    asked = [e for e in events if e.kind == Kind.INPUT_REQUIRED]
+    assert asked and asked[0].status == "auth_required"
+    assert asked[0].text == "sign in at the portal"
+    assert result.error is not None
+    assert result.error.code == ErrorCode.INPUT_REQUIRED_UNSUPPORTED
+    assert "CancelTask" in scenario.methods()

@@ -30,6 +30,10 @@ class RawScenario:
     subscribe: list[Frame] | None = None
     get_task: dict[str, Any] | None = None
     cancel_state: str = "TASK_STATE_CANCELED"
+    #: Refuse SendStreamingMessage (JSON-RPC UnsupportedOperation) although the card streams;
+    #: SendMessage then answers `send_result`.
+    refuse_streaming: bool = False
+    send_result: dict[str, Any] | None = None
     streaming: bool = True
     #: A card document to serve instead of the valid one (malformed-card tests).
     card_override: dict[str, Any] | None = None
@@ -110,7 +114,13 @@ def _handler(scenario: RawScenario) -> Callable[[trio.SocketStream], Any]:
             scenario.requests.append(request)
             rpc_id = request.get("id")
             name = request.get("method")
-            if name in ("SendStreamingMessage", "SendMessage"):
+            if name == "SendStreamingMessage" and scenario.refuse_streaming:
+                error = {"code": -32004, "message": "Streaming is not supported"}
+                await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
+            elif name == "SendMessage" and scenario.send_result is not None:
+                reply = {"jsonrpc": "2.0", "id": rpc_id, "result": scenario.send_result}
+                await respond_json(stream, reply)
+            elif name in ("SendStreamingMessage", "SendMessage"):
                 await _respond_sse(stream, rpc_id, scenario.stream)
             elif name == "SubscribeToTask" and scenario.subscribe is not None:
                 await _respond_sse(stream, rpc_id, scenario.subscribe)
