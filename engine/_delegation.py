@@ -106,6 +106,7 @@ class DelegationState:
         self._messages: list[ResultMessage] = []
         self._artifacts: dict[str, ArtifactRef] = {}
         self._artifact_bytes = 0
+        self._text_chars = 0
         self._artifacts_dropped = 0
         self._summary: str | None = None
         self._result: DelegationResult | None = None
@@ -289,6 +290,20 @@ class DelegationState:
             )
         if step == "delta":
             if not update.delta:
+                return
+            self._text_chars += len(update.delta)
+            if self._text_chars > self.policy.max_text_chars:
+                # Text is not an artifact, but it is just as able to flood a viewer and a run.
+                error = DelegationError(
+                    code=ErrorCode.OUTPUT_TOO_LARGE,
+                    message=(
+                        f"The remote's text and reasoning exceeded {self.policy.max_text_chars} "
+                        "characters; the partial result is kept."
+                    ),
+                    remote_status=self.status,
+                    metadata={"limit_chars": self.policy.max_text_chars},
+                )
+                self._finish(out, Status.FAILED, error, None)
                 return
             open_message.parts.append(update.delta)
             out.append(self._event(update.kind, update, message_id=message_id))

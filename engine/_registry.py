@@ -110,6 +110,8 @@ class DelegationPolicy:
     max_artifacts: int = attrs.field(default=20, validator=_non_negative)
     max_artifact_bytes: int = attrs.field(default=10 << 20, validator=_non_negative)
     max_summary_chars: int = attrs.field(default=4000, validator=_non_negative)
+    #: Streamed text and reasoning of one delegation, in characters (`output_too_large` past it).
+    max_text_chars: int = attrs.field(default=4_000_000, validator=_non_negative)
     allow_remote_artifacts: bool = True
     context_policy: str = attrs.field(default=ContextPolicy.EPHEMERAL, validator=_context_policy)
 

@@ -34,6 +34,7 @@ class ErrorCode:
     REMOTE_TIMEOUT: Final = "remote_timeout"
     STREAM_INTERRUPTED: Final = "stream_interrupted"
     ARTIFACT_TOO_LARGE: Final = "artifact_too_large"
+    OUTPUT_TOO_LARGE: Final = "output_too_large"
     INPUT_REQUIRED: Final = "input_required"
     INPUT_REQUIRED_UNSUPPORTED: Final = "input_required_unsupported"
     AUTH_REQUIRED: Final = "auth_required"
@@ -55,6 +56,7 @@ RETRYABLE_BY_DEFAULT: Final[dict[str, bool]] = {
     ErrorCode.REMOTE_TIMEOUT: True,
     ErrorCode.STREAM_INTERRUPTED: True,
     ErrorCode.ARTIFACT_TOO_LARGE: False,
+    ErrorCode.OUTPUT_TOO_LARGE: False,
     ErrorCode.INPUT_REQUIRED: False,
     ErrorCode.INPUT_REQUIRED_UNSUPPORTED: False,
     ErrorCode.AUTH_REQUIRED: False,

@@ -615,3 +615,14 @@ def test_unknown_context_policy_is_a_configuration_error() -> None:
 
     with pytest.raises(RegistryError, match="context_policy"):
         DelegationPolicy(context_policy="forever")
+
+
+async def test_streamed_text_is_bounded_like_artifacts() -> None:
+    async def chatty(task: LocalTask) -> str:
+        await task.say("x" * 60, "y" * 60)
+        return "never"
+
+    async with open_run([spec(InProcessTarget(chatty), max_text_chars=100)]) as run:
+        result = await run.delegate(request())
+    assert result.error is not None and result.error.code == ErrorCode.OUTPUT_TOO_LARGE
+    assert [m.text for m in result.messages] == ["x" * 60]  # the partial text is kept
