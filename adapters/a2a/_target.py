@@ -186,12 +186,15 @@ class A2ATarget:
                 raise self._error(
                     ErrorCode.AGENT_UNAVAILABLE, "fetching the agent card", exc
                 ) from None
-            self.card_info = validate_card(card)
-            self.card = card
-            self.fingerprint = self.card_info.fingerprint
+            info = validate_card(card)
             self._card_fetched_at = time.monotonic()
-            for client in self._clients.values():
-                await client.close()
+            if info.fingerprint == self.fingerprint:
+                return  # unchanged: keep the clients (and the sessions using them) as they are
+            self.card_info = info
+            self.card = card
+            self.fingerprint = info.fingerprint
+            # New clients for new sessions. The old ones are not closed: sessions that started
+            # with them may still be streaming, and they hold nothing but our shared httpx pools.
             self._clients.clear()
 
     def _client(self, streaming: bool, *, control: bool = False) -> Client:

@@ -479,3 +479,23 @@ async def test_auth_required_is_an_input_request(nursery: trio.Nursery) -> None:
     assert result.error is not None
     assert result.error.code == ErrorCode.INPUT_REQUIRED_UNSUPPORTED
     assert "CancelTask" in scenario.methods()
+
+
+async def test_card_is_cached_and_refetched_after_its_ttl(
+    a2a_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import adapters.a2a._target as target_module
+
+    agent = a2a_agent(a2a_server.card_url("stream"))
+    target = agent.target
+    await target.prepare()  # type: ignore[attr-defined]
+    client = target._client(True)  # type: ignore[attr-defined]
+    fetched_at = target._card_fetched_at  # type: ignore[attr-defined]
+    await target.prepare()  # type: ignore[attr-defined]
+    assert target._card_fetched_at == fetched_at  # type: ignore[attr-defined]  # cached
+    monkeypatch.setattr(target_module, "CARD_TTL_SECONDS", 0.0)
+    await target.prepare()  # type: ignore[attr-defined]
+    assert target._card_fetched_at > fetched_at  # type: ignore[attr-defined]  # fetched again
+    assert target._client(True) is client  # type: ignore[attr-defined]  # same card: kept
+    result, _ = await delegate(agent)
+    assert result.status == Status.COMPLETED
