@@ -270,9 +270,13 @@ async def open_run(
     *,
     limits: EngineLimits | None = None,
     run_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
     clock: Callable[[], float] = time.time,
 ) -> AsyncIterator[Run]:
     """Open a private `Engine` for one run and yield the run's handle (the embedding shortcut).
+
+    Sticky remote contexts across runs (`sticky_per_parent_thread_agent`) need a long-lived
+    `Engine`; with this shortcut each run has its own.
 
     ```
     async with engine.open_run(agents) as run:
@@ -281,7 +285,7 @@ async def open_run(
     """
     async with (
         Engine(agents, limits=limits, clock=clock) as eng,
-        eng.open_run(run_id=run_id) as run,
+        eng.open_run(run_id=run_id, metadata=metadata) as run,
     ):
         yield run
 
