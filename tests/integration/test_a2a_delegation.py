@@ -194,7 +194,8 @@ async def test_input_required_refused_by_policy_cancels_the_remote(a2a_server: A
 async def test_auth_token_goes_to_the_agent_and_never_into_events(a2a_server: Any) -> None:
     refused, _ = await delegate(a2a_agent(a2a_server.card_url("auth")))
     assert refused.error is not None
-    assert refused.error.code in (ErrorCode.REMOTE_REJECTED, ErrorCode.AGENT_UNAVAILABLE)
+    assert refused.error.code == ErrorCode.REMOTE_REJECTED  # 401: not retryable as is
+    assert refused.error.retryable is False
     result, entries = await delegate(a2a_agent(a2a_server.card_url("auth"), token=TOKEN))
     assert result.status == Status.COMPLETED, result
     assert all(TOKEN not in to_json(e.event) for e in entries)
