@@ -262,6 +262,17 @@ class _StreamingRefused(Exception):
         self.error = error
 
 
+def _is_malformed(exc: BaseException) -> bool:
+    """The SDK wraps an unreadable remote document (bad JSON in an SSE frame, a payload of the
+    wrong shape) in a generic client error; its cause says what it was."""
+    cause = exc.__cause__ or exc.__context__
+    while cause is not None:
+        if isinstance(cause, _UNREADABLE) and not isinstance(cause, httpx.HTTPError):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return "invalid json" in str(exc).lower()
+
+
 def _is_transport_error(exc: BaseException) -> bool:
     """A broken connection (as opposed to a protocol-level refusal by the remote)."""
     if isinstance(exc, httpx.TransportError):
@@ -380,7 +391,14 @@ class _A2ASession:
                 # The task was accepted and the connection broke: that is a dropped stream,
                 # which the delegation recovers with resubscribe/GetTask, not a failure.
                 return
-            error = self._target._error(ErrorCode.AGENT_UNAVAILABLE, doing, exc)
+            code = (
+                ErrorCode.MALFORMED_REMOTE_PAYLOAD
+                if _is_malformed(exc)
+                else (ErrorCode.AGENT_UNAVAILABLE)
+            )
+            error = self._target._error(code, doing, exc)
+            if code == ErrorCode.MALFORMED_REMOTE_PAYLOAD:
+                raise error from None
             if stream and self.task_id is None and isinstance(exc, A2AError):
                 raise _StreamingRefused(error) from None
             raise error from None
