@@ -12,10 +12,15 @@ what this machine does without the engine in the same run:
 
 The remote is written here, not borrowed from the SDK: the SDK's reference server streams only
 ~750-2,000 chunks/s (FACTS.md), far below either client, so it would measure itself. It is a raw
-HTTP/1.1 JSON-RPC server in the same Trio loop as the clients (one request per connection, like
-`tests/servers/raw_a2a.py`), whose stream bodies are encoded once and written with one `send_all`,
-so that it costs little next to the readers. It holds no engine rules and the engine is driven
-only through its public surface; nothing here may change engine behaviour to look faster.
+HTTP/1.1 JSON-RPC server (one request per connection, like `tests/servers/raw_a2a.py`), whose
+stream bodies are encoded once and written with one `send_all`. It runs in its own process
+(`python -m web.bench_a2a --serve`, started and always stopped by `bench_a2a`), as a real remote
+would: in the measuring process it competed with the engine for a core, and on a small machine
+the cancel cascade mostly measured that. The remote stamps each CancelTask arrival with
+`time.monotonic()` (CLOCK_MONOTONIC on Linux, one clock for every process) and hands the stamps
+over on `GET /_cancels` (`POST /_forget` clears them); the measuring side compares them with its
+own `time.monotonic()`. The remote holds no engine rules and the engine is driven only through
+its public surface; nothing here may change engine behaviour to look faster.
 
 Method: cards are fetched and clients built before the clock starts; each figure is the median
 (stream) or a percentile (cancel) of `repeat` runs, with the garbage collector emptied before
@@ -24,18 +29,22 @@ each run; every wait has a deadline, so a broken engine shows as a failed check,
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import math
 import os
 import platform
 import resource
+import select
+import signal
 import statistics
+import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import aclosing, contextmanager, suppress
 from functools import partial
 from importlib.metadata import version
 from typing import Any, Final, TextIO
@@ -71,6 +80,9 @@ WORKING_DEADLINE: Final = 30.0
 CANCEL_DEADLINE: Final = 30.0
 #: Chunks of the warm-up stream run once through each client before any clock starts.
 WARMUP_EVENTS: Final = 200
+#: The remote process must print `READY <port>` within this; it is stopped within STOP_DEADLINE.
+READY_DEADLINE: Final = 30.0
+STOP_DEADLINE: Final = 5.0
 
 _WORKING_KINDS: Final = frozenset({Kind.STARTED, Kind.STATUS})
 _DELTA_CHARS: Final = 20  # a typical model delta
@@ -128,7 +140,9 @@ class _Remote:
 
     `firehose` and `warmup` answer SendStreamingMessage with a pre-encoded stream; `hang`
     answers with a WORKING Task and keeps the stream open until the client closes it. Every
-    CancelTask is answered CANCELED and its arrival recorded (`time.perf_counter()`).
+    CancelTask is answered CANCELED and its arrival recorded (`time.monotonic()`, comparable
+    across processes); `GET /_cancels` returns the record, `POST /_forget` clears it.
+    Runs in its own process (`_serve_main`); the measuring side holds a `_RemoteProcess`.
     """
 
     streams: dict[str, list[bytes]]
@@ -171,10 +185,18 @@ class _Remote:
                 method, path, _, body = await read_request(stream)
             except (EOFError, ValueError, trio.BrokenResourceError):
                 return
-            arrived = time.perf_counter()
+            arrived = time.monotonic()
             agent = path.strip("/").split("/", 1)[0]
             if method == "GET" and path.endswith("agent-card.json"):
                 await respond_json(stream, self.card(agent))
+                return
+            if method == "GET" and path == "/_cancels":
+                record = {"arrivals": self.cancel_arrivals, "ids": self.cancelled_ids}
+                await respond_json(stream, record)
+                return
+            if method == "POST" and path == "/_forget":
+                self.forget_cancels()
+                await respond_json(stream, {"forgotten": True})
                 return
             request = json.loads(body or b"{}")
             rpc_id = request.get("id")
@@ -212,12 +234,127 @@ class _Remote:
             pass
 
 
-async def _serve(remote: _Remote, *, task_status: trio.TaskStatus[None]) -> None:
-    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+async def _serve(remote: _Remote, port: int = 0, *, task_status: trio.TaskStatus[None]) -> None:
+    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
     remote.port = listeners[0].socket.getsockname()[1]
     async with trio.open_nursery() as nursery:
         task_status.started()
         await trio.serve_listeners(remote.handle, listeners, handler_nursery=nursery)
+
+
+def _streams(events: int) -> dict[str, list[bytes]]:
+    return {
+        "firehose": _firehose_pieces(events, "firehose-task"),
+        "warmup": _firehose_pieces(min(events, WARMUP_EVENTS), "warmup-task"),
+    }
+
+
+async def _serve_until_stdin_closes(remote: _Remote, port: int) -> None:
+    """Serve, print `READY <port>`, and stop when stdin closes (the measuring process left)."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(_serve, remote, port)
+        print(f"READY {remote.port}", flush=True)
+        async with trio.lowlevel.FdStream(os.dup(sys.stdin.fileno())) as stdin:
+            while await stdin.receive_some(4096):
+                pass
+        nursery.cancel_scope.cancel()
+
+
+def _serve_main(argv: Sequence[str]) -> int:
+    """`python -m web.bench_a2a --serve [--port P] [--events N]`: the remote's own process."""
+    parser = argparse.ArgumentParser(
+        prog="python -m web.bench_a2a",
+        description="the remote of `subagent-engine bench a2a`, in its own process",
+    )
+    parser.add_argument("--serve", action="store_true", help="run the remote (required)")
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any)")
+    parser.add_argument("--events", type=int, default=20_000, help="chunks in the firehose")
+    args = parser.parse_args(argv)
+    if not args.serve or args.events < 1:
+        parser.error(
+            "run as --serve with --events >= 1; the benchmark is `subagent-engine bench a2a`"
+        )
+    trio.run(_serve_until_stdin_closes, _Remote(streams=_streams(args.events)), args.port)
+    return 0
+
+
+# -- the remote, seen from the measuring process ---------------------------------------------
+
+
+class _RemoteFailed(Exception):
+    """The remote process did not start."""
+
+
+@attrs.frozen
+class _RemoteProcess:
+    """The measuring side's handle on the remote running in its own process."""
+
+    port: int
+    pid: int
+
+    def card_url(self, agent: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{agent}/.well-known/agent-card.json"
+
+    def rpc_url(self, agent: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{agent}/jsonrpc"
+
+    async def forget_cancels(self) -> None:
+        async with _http() as http:
+            (await http.post(f"http://127.0.0.1:{self.port}/_forget")).raise_for_status()
+
+    async def cancels(self) -> tuple[list[float], list[str]]:
+        """(arrival stamps in `time.monotonic()` seconds, task ids) of the CancelTasks so far."""
+        async with _http() as http:
+            response = await http.get(f"http://127.0.0.1:{self.port}/_cancels")
+            response.raise_for_status()
+            record = response.json()
+        return [float(t) for t in record["arrivals"]], [str(i) for i in record["ids"]]
+
+
+#: Where `python -m web.bench_a2a` resolves: the directory holding the `web` package.
+_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@contextmanager
+def _remote_process(events: int) -> Iterator[_RemoteProcess]:
+    """Start the remote in its own process and session; always stop it (stdin closed, SIGTERM
+    to its process group, SIGKILL if it is still there after STOP_DEADLINE)."""
+    command = [sys.executable, "-m", "web.bench_a2a", "--serve", "--port", "0"]
+    proc = subprocess.Popen(
+        [*command, "--events", str(events)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=_ROOT,
+        start_new_session=True,
+    )
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], READY_DEADLINE)
+        line = proc.stdout.readline().decode(errors="replace").split() if ready else []
+        if len(line) != 2 or line[0] != "READY" or not line[1].isdigit():
+            raise _RemoteFailed(
+                f"the remote process did not print READY <port> within {READY_DEADLINE:g} s "
+                f"(got {' '.join(line)!r}, exit code {proc.poll()})"
+            )
+        yield _RemoteProcess(port=int(line[1]), pid=proc.pid)
+    finally:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    # The group is signalled before the process is reaped, so its id cannot have been reused.
+    for pipe in (proc.stdin, proc.stdout):
+        with suppress(OSError):
+            if pipe is not None:
+                pipe.close()
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_DEADLINE)
+    except subprocess.TimeoutExpired:
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 # -- stream throughput -----------------------------------------------------------------------
@@ -255,13 +392,13 @@ def _cascade_pool(delegations: int) -> int:
     return max(100, 2 * delegations + 8)
 
 
-async def _fetch_card(http: httpx.AsyncClient, remote: _Remote, agent: str) -> AgentCard:
+async def _fetch_card(http: httpx.AsyncClient, remote: _RemoteProcess, agent: str) -> AgentCard:
     base = f"http://127.0.0.1:{remote.port}"
     path = remote.card_url(agent).removeprefix(base)
     return await A2ACardResolver(http, base, agent_card_path=path).get_agent_card()
 
 
-async def _raw_reader_once(remote: _Remote, agent: str) -> tuple[float, int]:
+async def _raw_reader_once(remote: _RemoteProcess, agent: str) -> tuple[float, int]:
     """The wire's ceiling: httpx `aiter_lines`, counting `data:` lines, nothing parsed."""
     request = {"jsonrpc": "2.0", "id": "raw", "method": "SendStreamingMessage", "params": {}}
     async with _http() as http:
@@ -289,7 +426,7 @@ async def _bare_once(card: AgentCard) -> tuple[float, int]:
         return seconds, count
 
 
-async def _engine_once(remote: _Remote, agent: str, events: int) -> _EngineStream:
+async def _engine_once(remote: _RemoteProcess, agent: str, events: int) -> _EngineStream:
     """One `run.delegate` to an A2ATarget on the stream; clock from the call to its result."""
     target = A2ATarget(A2AAgentConfig(card_url=remote.card_url(agent)))
     spec = AgentSpec(key="firehose", display_name="Firehose", protocol="a2a", target=target)
@@ -338,7 +475,7 @@ class _CancelRun:
     confirmed: int  # results `cancelled` with remote_cancel `confirmed`
 
 
-async def _engine_cancel_once(remote: _Remote, delegations: int) -> _CancelRun:
+async def _engine_cancel_once(remote: _RemoteProcess, delegations: int) -> _CancelRun:
     """`delegations` delegations WORKING on `hang`, then `run.cancel()`."""
     http = _http(connections=_cascade_pool(delegations))
     target = A2ATarget(A2AAgentConfig(card_url=remote.card_url("hang")), http=http)
@@ -347,7 +484,7 @@ async def _engine_cancel_once(remote: _Remote, delegations: int) -> _CancelRun:
         max_concurrent_per_run=max(8, delegations),
         max_concurrent_global=max(256, delegations),
     )
-    remote.forget_cancels()
+    await remote.forget_cancels()
     working: set[str] = set()
     handles: list[DelegationHandle] = []
     cancelled_at = math.inf
@@ -370,13 +507,14 @@ async def _engine_cancel_once(remote: _Remote, delegations: int) -> _CancelRun:
                                 working.add(event.delegation_id or "")
                                 if len(working) >= delegations:
                                     break
-                cancelled_at = time.perf_counter()
+                cancelled_at = time.monotonic()  # the remote stamps arrivals on this clock
                 run.cancel("bench a2a: cancel cascade")
-            closed_at = time.perf_counter()
+            closed_at = time.monotonic()
     finally:
         await target.aclose()
         await http.aclose()
-    arrivals = tuple(sorted(t - cancelled_at for t in remote.cancel_arrivals))
+    stamps, cancelled_ids = await remote.cancels()
+    arrivals = tuple(sorted(t - cancelled_at for t in stamps))
     confirmed = 0
     for handle in handles:
         result = handle.result()
@@ -388,18 +526,18 @@ async def _engine_cancel_once(remote: _Remote, delegations: int) -> _CancelRun:
         arrivals=arrivals,
         to_closed=closed_at - cancelled_at,
         working=len(working),
-        cancels_received=len(set(remote.cancelled_ids)),
+        cancels_received=len(set(cancelled_ids)),
         confirmed=confirmed,
     )
 
 
-#: The cascade's floors, cheapest first: what `count` concurrent CancelTask requests cost this
-#: process (client and server) with raw sockets, with httpx, and with the bare a2a-sdk client.
+#: The cascade's floors, cheapest first: what `count` concurrent CancelTask requests to the
+#: remote process cost with raw sockets, with httpx, and with the bare a2a-sdk client.
 _FLOORS: Final = ("raw sockets", "raw httpx POST", "bare a2a-sdk cancel_task")
 
 
 async def _cancel_floor_once(
-    remote: _Remote, card: AgentCard, count: int, floor: str
+    remote: _RemoteProcess, card: AgentCard, count: int, floor: str
 ) -> tuple[float, int]:
     """`count` concurrent CancelTask requests sent the `floor` way; seconds from the first send
     to the last arrival, and how many arrived."""
@@ -434,13 +572,13 @@ async def _cancel_floor_once(
             calls = [partial(raw_httpx, body) for body in payloads]
         else:
             calls = [partial(client.cancel_task, request) for request in requests]
-        remote.forget_cancels()
-        start = time.perf_counter()
+        await remote.forget_cancels()
+        start = time.monotonic()  # the remote stamps arrivals on this clock
         async with trio.open_nursery() as nursery:
             for call in calls:
                 nursery.start_soon(call)
         await client.close()
-    arrivals = remote.cancel_arrivals
+    arrivals, _ = await remote.cancels()
     return (max(arrivals) - start if arrivals else math.inf), len(arrivals)
 
 
@@ -459,14 +597,8 @@ class _Figures:
     problems: list[str] = attrs.field(factory=list)
 
 
-async def _measure(events: int, delegations: int, repeat: int) -> _Figures:
+async def _measure(remote: _RemoteProcess, events: int, delegations: int, repeat: int) -> _Figures:
     figures = _Figures()
-    remote = _Remote(
-        streams={
-            "firehose": _firehose_pieces(events, "firehose-task"),
-            "warmup": _firehose_pieces(min(events, WARMUP_EVENTS), "warmup-task"),
-        }
-    )
 
     async def timed(label: str, deadline: float, measure: Callable[[], Awaitable[Any]]) -> Any:
         gc.collect()
@@ -475,41 +607,38 @@ async def _measure(events: int, delegations: int, repeat: int) -> _Figures:
         figures.problems.append(f"FAILED {label}: no answer within {deadline:g} s")
         return None
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(_serve, remote)
-        async with _http() as http:
-            cards = {a: await _fetch_card(http, remote, a) for a in ("firehose", "warmup", "hang")}
-        # Warm-up: imports, protobuf descriptors and code paths, once per client, unclocked.
-        await _raw_reader_once(remote, "warmup")
-        await _bare_once(cards["warmup"])
-        await _engine_once(remote, "warmup", min(events, WARMUP_EVENTS))
+    async with _http() as http:
+        cards = {a: await _fetch_card(http, remote, a) for a in ("firehose", "warmup", "hang")}
+    # Warm-up: imports, protobuf descriptors and code paths, once per client, unclocked.
+    await _raw_reader_once(remote, "warmup")
+    await _bare_once(cards["warmup"])
+    await _engine_once(remote, "warmup", min(events, WARMUP_EVENTS))
 
-        for _ in range(repeat):
-            for label, into, measure in (
-                ("raw reader", figures.raw, lambda: _raw_reader_once(remote, "firehose")),
-                ("bare client", figures.bare, lambda: _bare_once(cards["firehose"])),
-                ("engine stream", figures.engine, lambda: _engine_once(remote, "firehose", events)),
-            ):
-                outcome = await timed(label, STREAM_DEADLINE, measure)
-                if outcome is not None:
-                    into.append(outcome)
-        for _ in range(repeat):
-            for floor in _FLOORS:
-                outcome = await timed(
-                    floor,
-                    CANCEL_DEADLINE,
-                    partial(_cancel_floor_once, remote, cards["hang"], delegations, floor),
-                )
-                if outcome is not None:
-                    figures.floors[floor].append(outcome)
+    for _ in range(repeat):
+        for label, into, measure in (
+            ("raw reader", figures.raw, lambda: _raw_reader_once(remote, "firehose")),
+            ("bare client", figures.bare, lambda: _bare_once(cards["firehose"])),
+            ("engine stream", figures.engine, lambda: _engine_once(remote, "firehose", events)),
+        ):
+            outcome = await timed(label, STREAM_DEADLINE, measure)
+            if outcome is not None:
+                into.append(outcome)
+    for _ in range(repeat):
+        for floor in _FLOORS:
             outcome = await timed(
-                "cancel cascade",
-                WORKING_DEADLINE + CANCEL_DEADLINE,
-                lambda: _engine_cancel_once(remote, delegations),
+                floor,
+                CANCEL_DEADLINE,
+                partial(_cancel_floor_once, remote, cards["hang"], delegations, floor),
             )
             if outcome is not None:
-                figures.cancels.append(outcome)
-        nursery.cancel_scope.cancel()
+                figures.floors[floor].append(outcome)
+        outcome = await timed(
+            "cancel cascade",
+            WORKING_DEADLINE + CANCEL_DEADLINE,
+            lambda: _engine_cancel_once(remote, delegations),
+        )
+        if outcome is not None:
+            figures.cancels.append(outcome)
     return figures
 
 
@@ -652,7 +781,7 @@ def _print_cancel(figures: _Figures, delegations: int, repeat: int, out: TextIO)
 
 def bench_a2a(*, events: int, delegations: int, repeat: int, out: TextIO | None = None) -> int:
     """Measure and print the engine's A2A stream throughput and cancel cascade beside a bare
-    a2a-sdk client on the same in-process remote.
+    a2a-sdk client on the same remote, which runs in its own process.
 
     Returns 0; 1 if a measurement did not complete (an item, a delta or a CancelTask lost, a
     delegation not confirmed cancelled, a deadline passed); 2 for arguments out of range.
@@ -668,20 +797,27 @@ def bench_a2a(*, events: int, delegations: int, repeat: int, out: TextIO | None 
         f"os.cpu_count()={os.cpu_count()}, {repeat} run(s) per figure",
         file=out,
     )
-    print(
-        "remote: a raw JSON-RPC A2A server in this process and Trio loop (127.0.0.1, one "
-        "request per connection), stream bodies encoded once and written with one send_all; "
-        "it shares the thread with the clients, so every figure includes its (small) share",
-        file=out,
-    )
-    print(
-        f"httpx: one pool per client, max_connections {_cascade_pool(delegations)} for the "
-        "cascade (every stream plus every CancelTask), 100 otherwise",
-        file=out,
-    )
-    print(file=out, flush=True)
     started = time.perf_counter()
-    figures = trio.run(_measure, events, delegations, repeat)
+    try:
+        with _remote_process(events) as remote:
+            print(
+                "remote: a raw JSON-RPC A2A server in a separate process (python -m "
+                f"web.bench_a2a --serve, pid {remote.pid}, 127.0.0.1:{remote.port}, one request "
+                "per connection), stream bodies encoded once and written with one send_all; "
+                "CancelTask arrivals stamped there with time.monotonic(), the clock of "
+                "run.cancel() here",
+                file=out,
+            )
+            print(
+                f"httpx: one pool per client, max_connections {_cascade_pool(delegations)} for "
+                "the cascade (every stream plus every CancelTask), 100 otherwise",
+                file=out,
+            )
+            print(file=out, flush=True)
+            figures = trio.run(_measure, remote, events, delegations, repeat)
+    except _RemoteFailed as failure:
+        print(f"!! FAILED remote: {failure}", file=out, flush=True)
+        return 1
     _print_stream(figures, events, repeat, out)
     print(file=out)
     _print_cancel(figures, delegations, repeat, out)
@@ -690,9 +826,13 @@ def bench_a2a(*, events: int, delegations: int, repeat: int, out: TextIO | None 
         print(f"!! {problem}", file=out)
     max_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(
-        f"max RSS of this process: {max_rss_kib / 1024:.1f} MiB; "
-        f"wall time {time.perf_counter() - started:.1f} s",
+        f"max RSS of this process: {max_rss_kib / 1024:.1f} MiB (the remote process's not "
+        f"included); wall time {time.perf_counter() - started:.1f} s",
         file=out,
         flush=True,
     )
     return 1 if figures.problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(_serve_main(sys.argv[1:]))

@@ -1,6 +1,6 @@
 """Smoke test of `subagent-engine bench a2a`: a tiny run prints every row and exits 0.
 
-The benchmark drives its own `trio.run` (its remote and clients share one loop), so the test is
+The benchmark drives its own `trio.run` (its remote runs in a child process), so the test is
 a plain synchronous function (pytest-trio's trio_mode only takes over `async def` tests). It
 checks that each measurement completed, never how fast: timings are the benchmark's to print.
 """
