@@ -52,6 +52,7 @@ from engine import (
     Emit,
     ErrorCode,
     Redactor,
+    RegistryError,
     TargetCapabilities,
 )
 
@@ -75,6 +76,25 @@ _TERMINAL_STATES: Final = frozenset(
 _UNREADABLE: Final = (ParseError, SystemError, OverflowError, ValueError, KeyError, TypeError)
 
 
+def _absolute_http_url(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise RegistryError(f"{attribute.name} must be an absolute http(s) URL, got {value!r}")
+    if parts.username or parts.password:
+        raise RegistryError(f"{attribute.name} must not carry credentials; use auth_header")
+
+
+def _known_bindings(_: Any, attribute: attrs.Attribute[Any], value: tuple[str, ...]) -> None:
+    unknown = set(value) - {"JSONRPC", "HTTP+JSON"}
+    if not value or unknown:
+        raise RegistryError(f"{attribute.name} must name JSONRPC and/or HTTP+JSON, got {value!r}")
+
+
+def _positive_seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise RegistryError(f"{attribute.name} must be positive, got {value!r}")
+
+
 @attrs.frozen(kw_only=True)
 class A2AAgentConfig:
     """How the host reaches one A2A agent. The model never sees any of this.
@@ -84,7 +104,7 @@ class A2AAgentConfig:
     `trusted_origins`. `forward_headers` are sent with every request (user id, tenant, lineage).
     """
 
-    card_url: str
+    card_url: str = attrs.field(validator=_absolute_http_url)
     tenant: str | None = None
     auth_header: tuple[str, str] | None = attrs.field(default=None, repr=False)
     trusted_origins: tuple[str, ...] = ()
@@ -93,16 +113,18 @@ class A2AAgentConfig:
     #: `metadata["user_id"]`), `x-tenant`, `x-source: subagent-engine` and the lineage
     #: `x-parent-run-id`, `x-parent-tool-call-id`, `x-delegation-id`.
     forward_identity: bool = False
-    request_timeout: float = 30.0
+    request_timeout: float = attrs.field(default=30.0, validator=_positive_seconds)
     #: Protocol bindings to use, in order of preference; the card's order wins unless
     #: `prefer_own_bindings` (e.g. ("HTTP+JSON",) to insist on REST).
-    bindings: tuple[str, ...] = ("JSONRPC", "HTTP+JSON")
+    bindings: tuple[str, ...] = attrs.field(
+        default=("JSONRPC", "HTTP+JSON"), validator=_known_bindings
+    )
     prefer_own_bindings: bool = False
     text_artifact_names: frozenset[str] = frozenset({"assistant-output", "assistant_output"})
 
     @property
     def secrets(self) -> tuple[str, ...]:
-        """Credential values to redact everywhere (give them to `AgentSpec.secrets`)."""
+        """Credential values to redact everywhere (`AgentSpec.all_secrets` picks them up)."""
         if self.auth_header is None:
             return ()
         value = self.auth_header[1]

@@ -358,3 +358,24 @@ def test_any_document_gives_card_info_or_a_typed_refusal(document: Any) -> None:
     assert info.name.strip()
     assert info.usable_interfaces
     assert info.fingerprint == card_fingerprint(document)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "match"),
+    [
+        ("card_url", "agents.example/card.json", "absolute http"),
+        ("card_url", "ftp://agents.example/card.json", "absolute http"),
+        ("card_url", "https://user:pw@agents.example/card.json", "credentials"),
+        ("bindings", ("GRPC",), "JSONRPC"),
+        ("bindings", (), "JSONRPC"),
+        ("request_timeout", 0, "positive"),
+    ],
+)
+def test_a2a_config_mistakes_are_typed_errors(field: str, value: object, match: str) -> None:
+    from adapters.a2a import A2AAgentConfig
+    from engine import RegistryError
+
+    fields: dict[str, object] = {"card_url": "https://agents.example/.well-known/agent-card.json"}
+    fields[field] = value
+    with pytest.raises(RegistryError, match=match):
+        A2AAgentConfig(**fields)  # type: ignore[arg-type]
