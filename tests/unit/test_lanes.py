@@ -682,35 +682,42 @@ async def test_close_makes_a_waiting_sender_raise() -> None:
 # -- flush -----------------------------------------------------------------------------------
 
 
+class BackgroundFlush:
+    """A `buffer.flush()` run in a nursery; `done` says whether it has returned."""
+
+    def __init__(self, buffer: LaneBuffer) -> None:
+        self.buffer = buffer
+        self.done = False
+
+    async def run(self) -> None:
+        await self.buffer.flush()
+        self.done = True
+
+
 async def test_flush_waits_until_everything_sent_is_acknowledged() -> None:
     buffer = LaneBuffer()
     for cursor in (1, 2, 3):
         await buffer.send(entry(Kind.ARTIFACT, cursor))
-    flushed = False
-
-    async def flusher() -> None:
-        nonlocal flushed
-        await buffer.flush()
-        flushed = True
+    flush = BackgroundFlush(buffer)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(flusher)
+        nursery.start_soon(flush.run)
         await trio.testing.wait_all_tasks_blocked()
-        assert flushed is False
+        assert flush.done is False
 
         assert len(buffer.receive_nowait_batch(2)) == 2
         await trio.testing.wait_all_tasks_blocked()
-        assert flushed is False  # received but not acknowledged
+        assert flush.done is False  # received but not acknowledged
 
         buffer.acknowledge()
         await trio.testing.wait_all_tasks_blocked()
-        assert flushed is False  # entry 3 still pending
+        assert flush.done is False  # entry 3 still pending
 
         rest = buffer.receive_nowait_batch()
         assert [e.cursor for e in rest] == [3]
         buffer.acknowledge()
         await trio.testing.wait_all_tasks_blocked()
-        assert flushed is True
+        assert flush.done is True
 
 
 async def test_flush_returns_at_once_when_everything_is_acknowledged() -> None:
@@ -725,21 +732,16 @@ async def test_flush_returns_at_once_when_everything_is_acknowledged() -> None:
 async def test_flush_does_not_wait_for_entries_sent_after_it_started() -> None:
     buffer = LaneBuffer()
     await buffer.send(started(1))
-    flushed = False
-
-    async def flusher() -> None:
-        nonlocal flushed
-        await buffer.flush()
-        flushed = True
+    flush = BackgroundFlush(buffer)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(flusher)
+        nursery.start_soon(flush.run)
         await trio.testing.wait_all_tasks_blocked()
         await buffer.send(entry(Kind.ARTIFACT, 2))
         buffer.receive_nowait_batch(1)
         buffer.acknowledge()
         await trio.testing.wait_all_tasks_blocked()
-        assert flushed is True
+        assert flush.done is True
     assert len(buffer) == 1
 
 
@@ -747,21 +749,16 @@ async def test_flush_covers_merged_deltas() -> None:
     buffer = LaneBuffer(pressure_bytes=0)
     await buffer.send(delta(1, "a"))
     await buffer.send(delta(2, "b"))
-    flushed = False
-
-    async def flusher() -> None:
-        nonlocal flushed
-        await buffer.flush()
-        flushed = True
+    flush = BackgroundFlush(buffer)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(flusher)
+        nursery.start_soon(flush.run)
         await trio.testing.wait_all_tasks_blocked()
-        assert flushed is False
+        assert flush.done is False
         buffer.receive_nowait_batch()
         buffer.acknowledge()
         await trio.testing.wait_all_tasks_blocked()
-        assert flushed is True
+        assert flush.done is True
 
 
 async def test_flush_waits_for_entries_queued_behind_a_refolded_status() -> None:
@@ -771,26 +768,21 @@ async def test_flush_waits_for_entries_queued_behind_a_refolded_status() -> None
     await buffer.send(delta(3, "text"))
     await buffer.send(status(4, "working"))  # folded again, after the delta
     assert buffer.statistics().folded_statuses == 2
-    flushed = False
-
-    async def flusher() -> None:
-        nonlocal flushed
-        await buffer.flush()
-        flushed = True
+    flush = BackgroundFlush(buffer)
 
     received: list[JournalEntry] = []
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(flusher)
+        nursery.start_soon(flush.run)
         await trio.testing.wait_all_tasks_blocked()
         # Take and acknowledge one entry at a time: flush may return only with the last one.
         while len(buffer):
-            assert flushed is False
+            assert flush.done is False
             batch = buffer.receive_nowait_batch(1)
             received += batch
             buffer.acknowledge()
             await trio.testing.wait_all_tasks_blocked()
-            assert flushed is (len(buffer) == 0), received
-    assert flushed is True
+            assert flush.done is (len(buffer) == 0), received
+    assert flush.done is True
     assert [e.event.kind for e in received if e.event.kind != Kind.STREAM_DROPPED] == [
         Kind.STATUS,
         Kind.TEXT_DELTA,
@@ -803,17 +795,12 @@ async def test_close_releases_flush_once_nothing_is_pending() -> None:
     buffer = LaneBuffer()
     await buffer.send(started(1))
     assert len(buffer.receive_nowait_batch()) == 1  # taken, never acknowledged
-    flushed = False
-
-    async def flusher() -> None:
-        nonlocal flushed
-        await buffer.flush()
-        flushed = True
+    flush = BackgroundFlush(buffer)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(flusher)
+        nursery.start_soon(flush.run)
         await trio.testing.wait_all_tasks_blocked()
-        assert flushed is False
+        assert flush.done is False
         buffer.close()
         await trio.testing.wait_all_tasks_blocked()
-        assert flushed is True
+        assert flush.done is True
