@@ -42,12 +42,11 @@ def demo_agents(pause: float = 0.05) -> list[AgentSpec]:
             "carry ",
             "events.",
         ]
-        message = f"{task.task.delegation_id}-answer"
-        await task._emit(engine.TargetUpdate(kind=Kind.TEXT_START, message_id=message))
+        message = await task.text_start()
         for word in words:
             await task.text_delta(word, message_id=message)
             await trio.sleep(pause)
-        await task._emit(engine.TargetUpdate(kind=Kind.TEXT_END, message_id=message))
+        await task.text_end(message)
         await task.artifact("notes.md", data="# Notes\n- nurseries\n", mime_type="text/markdown")
         return "Trio nurseries give structured cancellation; channels carry events."
 

@@ -79,9 +79,20 @@ class LocalTask:
         await self._emit(TargetUpdate(kind=Kind.TEXT_END, message_id=message_id))
         return message_id
 
+    async def text_start(self, message_id: str | None = None) -> str:
+        """Open an assistant message to stream piece by piece; returns its id."""
+        message_id = message_id or f"{self.task.delegation_id}-msg-{next(self._messages)}"
+        await self._emit(
+            TargetUpdate(kind=Kind.TEXT_START, message_id=message_id, role="assistant")
+        )
+        return message_id
+
     async def text_delta(self, delta: str, *, message_id: str) -> None:
-        """One delta of a message the function opens and closes itself (or leaves open)."""
+        """One delta of a message (opened by `text_start`, or implicitly by this first delta)."""
         await self._emit(TargetUpdate(kind=Kind.TEXT_DELTA, message_id=message_id, delta=delta))
+
+    async def text_end(self, message_id: str) -> None:
+        await self._emit(TargetUpdate(kind=Kind.TEXT_END, message_id=message_id))
 
     async def think(self, *chunks: str) -> None:
         message_id = f"{self.task.delegation_id}-reasoning-{next(self._messages)}"
