@@ -183,6 +183,24 @@ class DelegationEvent:
     def is_terminal(self) -> bool:
         return self.kind in _TERMINALS
 
+    def derived(self, kind: str, **fields: Any) -> DelegationEvent:
+        """A new event of `kind` about the same run and delegation: this event's identity and
+        remote coordinates and its time, nothing of its payload; `fields` add or override."""
+        identity: dict[str, Any] = {
+            "run_id": self.run_id,
+            "time": self.time,
+            "parent_tool_call_id": self.parent_tool_call_id,
+            "delegation_id": self.delegation_id,
+            "agent_key": self.agent_key,
+            "agent_name": self.agent_name,
+            "protocol": self.protocol,
+            "remote_task_id": self.remote_task_id,
+            "remote_context_id": self.remote_context_id,
+            "card_fingerprint": self.card_fingerprint,
+        }
+        identity.update(fields)
+        return DelegationEvent(kind=kind, **identity)
+
     @property
     def stream_key(self) -> str:
         """Which producer stream the event belongs to: its delegation, or '' for the parent."""

@@ -344,20 +344,7 @@ class RunJournal:
     def _synthesize(self, like: DelegationEvent, kind: str) -> DelegationEvent:
         if kind == Kind.RUN_STARTED:
             return DelegationEvent(kind=kind, run_id=self.run_id, time=like.time, synthesized=True)
-        return DelegationEvent(
-            kind=kind,
-            run_id=self.run_id,
-            time=like.time,
-            synthesized=True,
-            parent_tool_call_id=like.parent_tool_call_id,
-            delegation_id=like.delegation_id,
-            agent_key=like.agent_key,
-            agent_name=like.agent_name,
-            protocol=like.protocol,
-            remote_task_id=like.remote_task_id,
-            remote_context_id=like.remote_context_id,
-            card_fingerprint=like.card_fingerprint,
-        )
+        return like.derived(kind, run_id=self.run_id, synthesized=True)
 
     def _publish(self, entries: list[JournalEntry]) -> None:
         self._published = entries[-1].cursor

@@ -395,15 +395,8 @@ class LaneBuffer:
             return False
         self._folded += 1
         source = folded.event
-        marker = DelegationEvent(
-            kind=Kind.STREAM_DROPPED if source.delegation_id else Kind.DROPPED,
-            run_id=source.run_id,
-            time=source.time,
-            delegation_id=source.delegation_id,
-            parent_tool_call_id=source.parent_tool_call_id,
-            agent_key=source.agent_key,
-            agent_name=source.agent_name,
-            protocol=source.protocol,
+        marker = source.derived(
+            Kind.STREAM_DROPPED if source.delegation_id else Kind.DROPPED,
             dropped=DropReport(
                 reason="status_folded",
                 count=1,
