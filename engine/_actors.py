@@ -724,18 +724,16 @@ class DelegationActor:
         # Shielded: the state machine already moved past these events, so a cancel arriving
         # between two of them must not lose the rest (an opened message, a terminal). The wait
         # is bounded: the run's writer is itself shielded and always drains the mailbox.
+        # Offers are synchronous and a shield's exit is no checkpoint, so no cancel can land
+        # between two of these events; only a full mailbox makes one wait, shielded.
         run = self.run_actor
-        mailbox = run.mailbox
-        for index, event in enumerate(events):
+        for event in events:
             if event.is_terminal and self.state.result is not None:
                 run.record(self.state.result)  # recorded before anyone sees the terminal
-            if not mailbox.offer(JournalEntry(event)):  # fast path: no wait, nothing to shield
+            entry = JournalEntry(event)
+            if not run.mailbox.offer(entry):
                 with trio.CancelScope(shield=True):
-                    for waiting in events[index:]:
-                        if waiting.is_terminal and self.state.result is not None:
-                            run.record(self.state.result)
-                        await run.publish(waiting)
-                break
+                    await run.mailbox.send(entry)
         # No checkpoint here on purpose: if this publish made the actor cancel the session's
         # scope, the Cancelled should surface at the session's next await (inside a remote
         # stream's `__anext__`, which unwinds and closes the SDK's nested generators) rather
