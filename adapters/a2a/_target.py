@@ -284,23 +284,30 @@ class _StreamingRefused(Exception):
         self.error = error
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    """`exc` and what it was raised from, outermost first (bounded: chains can be long)."""
+    chain: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and len(chain) < 16 and current not in chain:
+        chain.append(current)
+        current = current.__cause__ or current.__context__
+    return chain
+
+
 def _is_malformed(exc: BaseException) -> bool:
     """The SDK wraps an unreadable remote document (bad JSON in an SSE frame, a payload of the
     wrong shape) in a generic client error; its cause says what it was."""
-    cause = exc.__cause__ or exc.__context__
-    while cause is not None:
-        if isinstance(cause, _UNREADABLE) and not isinstance(cause, httpx.HTTPError):
-            return True
-        cause = cause.__cause__ or cause.__context__
+    if any(
+        isinstance(cause, _UNREADABLE) and not isinstance(cause, httpx.HTTPError)
+        for cause in _causes(exc)[1:]
+    ):
+        return True
     return "invalid json" in str(exc).lower()
 
 
 def _is_transport_error(exc: BaseException) -> bool:
     """A broken connection (as opposed to a protocol-level refusal by the remote)."""
-    if isinstance(exc, httpx.TransportError):
-        return True
-    cause = exc.__cause__ or exc.__context__
-    if isinstance(cause, httpx.TransportError):
+    if any(isinstance(cause, httpx.TransportError) for cause in _causes(exc)):
         return True
     return "network" in str(exc).lower() or "connection" in str(exc).lower()
 
