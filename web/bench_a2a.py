@@ -36,15 +36,13 @@ import math
 import os
 import platform
 import resource
-import select
-import signal
 import statistics
 import subprocess
 import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import aclosing, contextmanager, suppress
+from contextlib import aclosing, contextmanager
 from functools import partial
 from importlib.metadata import version
 from typing import Any, Final, TextIO
@@ -66,6 +64,7 @@ from engine import (
     RemoteCancel,
     Status,
 )
+from web._child_process import read_ready_port, stop_process_group
 from web._raw_http import read_request, respond_json
 
 __all__ = ["bench_a2a"]
@@ -328,33 +327,13 @@ def _remote_process(events: int) -> Iterator[_RemoteProcess]:
         start_new_session=True,
     )
     try:
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], READY_DEADLINE)
-        line = proc.stdout.readline().decode(errors="replace").split() if ready else []
-        if len(line) != 2 or line[0] != "READY" or not line[1].isdigit():
-            raise _RemoteFailed(
-                f"the remote process did not print READY <port> within {READY_DEADLINE:g} s "
-                f"(got {' '.join(line)!r}, exit code {proc.poll()})"
-            )
-        yield _RemoteProcess(port=int(line[1]), pid=proc.pid)
+        try:
+            port = read_ready_port(proc, READY_DEADLINE)
+        except (TimeoutError, RuntimeError) as exc:
+            raise _RemoteFailed(f"the remote process did not start: {exc}") from None
+        yield _RemoteProcess(port=port, pid=proc.pid)
     finally:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    # The group is signalled before the process is reaped, so its id cannot have been reused.
-    for pipe in (proc.stdin, proc.stdout):
-        with suppress(OSError):
-            if pipe is not None:
-                pipe.close()
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=STOP_DEADLINE)
-    except subprocess.TimeoutExpired:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_process_group(proc, STOP_DEADLINE)
 
 
 # -- stream throughput -----------------------------------------------------------------------
