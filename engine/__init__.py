@@ -11,7 +11,14 @@ Nothing in this package imports a protocol SDK or a web framework; adapters tran
 """
 
 from engine._actors import DelegationActor, DelegationHandle, Engine, Run, RunActor, open_run
+from engine._correlation import (
+    AmbiguousCorrelation,
+    Correlation,
+    ParentToolCalls,
+    is_delegation_tool,
+)
 from engine._delegation import DelegationIdentity, DelegationState
+from engine._endpoint import RunEndpoint, RunEndpointError, RunEndpointProvider
 from engine._events import (
     CRITICAL,
     IMPORTANT,
@@ -84,9 +91,11 @@ __all__ = [
     "REDACTED",
     "VOLATILE",
     "AgentSpec",
+    "AmbiguousCorrelation",
     "Answer",
     "ContextPolicy",
     "ArtifactRef",
+    "Correlation",
     "CursorError",
     "DelegationActor",
     "DelegationError",
@@ -112,6 +121,7 @@ __all__ = [
     "LaneBuffer",
     "LaneStatistics",
     "MemoryJournalStore",
+    "ParentToolCalls",
     "Redactor",
     "Registry",
     "RegistryError",
@@ -119,6 +129,9 @@ __all__ = [
     "ResultMessage",
     "Run",
     "RunActor",
+    "RunEndpoint",
+    "RunEndpointError",
+    "RunEndpointProvider",
     "RunJournal",
     "Status",
     "Subscription",
@@ -132,6 +145,7 @@ __all__ = [
     "event_from_json",
     "event_from_jsonable",
     "event_weight",
+    "is_delegation_tool",
     "is_agent_key",
     "is_terminal",
     "lane_of",

@@ -35,7 +35,9 @@ from typing import Any, Final
 
 import trio
 
+from engine._correlation import ParentToolCalls
 from engine._delegation import DelegationIdentity, DelegationState
+from engine._endpoint import RunEndpoint, RunEndpointError, RunEndpointProvider
 from engine._events import DelegationEvent, Kind
 from engine._journal import JournalStore, MemoryJournalStore, RunJournal, Subscription
 from engine._lanes import JournalEntry, LaneBuffer
@@ -88,12 +90,15 @@ class Engine:
         clock: Callable[[], float] = time.time,
         new_id: Callable[[str], str] = _new_id,
         store_factory: Callable[[str, EngineLimits], JournalStore] | None = None,
+        endpoints: RunEndpointProvider | None = None,
     ) -> None:
         self.registry = registry if isinstance(registry, Registry) else Registry(registry)
         self.limits = limits or EngineLimits()
         self.clock = clock
         self.new_id = new_id
         self._store_factory = store_factory
+        #: Gives every run its tool endpoint (e.g. `adapters.mcp.DelegationEndpoint`), if set.
+        self.endpoints = endpoints
         self._redactor = Redactor(self.registry.secrets())
         self._nursery: trio.Nursery | None = None
         self._nursery_cm: Any = None
@@ -168,6 +173,8 @@ class Engine:
         actor = RunActor(self, run_id, metadata or {}, thread_id=thread_id)
         self._runs[run_id] = actor
         await self._nursery.start(actor.run)
+        if self.endpoints is not None:
+            await self._open_endpoint(actor, self.endpoints)
         outcome = Kind.RUN_FINISHED
         reason = ""
         try:
@@ -183,9 +190,34 @@ class Engine:
             outcome = Kind.RUN_FAILED
             raise
         finally:
-            actor.request_close(outcome, reason)
+            with trio.CancelScope(shield=True):
+                if actor.endpoint is not None and self.endpoints is not None:
+                    await self._close_endpoint(actor, self.endpoints)
+                actor.request_close(outcome, reason)
+                await actor.closed.wait()
+
+    async def _open_endpoint(self, actor: RunActor, endpoints: RunEndpointProvider) -> None:
+        """Give the run its endpoint, or fail the run (already journaled as started) with the
+        reason before anyone could hand a parent agent a configuration that does not work."""
+        try:
+            actor.endpoint = await endpoints.open_endpoint(actor.handle)
+        except BaseException as exc:
+            reason = self._redactor.text(
+                f"The run could not get its tool endpoint: {type(exc).__name__}: {exc}"[:2000]
+            )
+            actor.request_close(Kind.RUN_FAILED, reason)
             with trio.CancelScope(shield=True):
                 await actor.closed.wait()
+            if isinstance(exc, Exception):
+                raise RunEndpointError(reason) from exc
+            raise
+
+    async def _close_endpoint(self, actor: RunActor, endpoints: RunEndpointProvider) -> None:
+        try:
+            with trio.move_on_after(RUN_CLOSE_TIMEOUT):
+                await endpoints.close_endpoint(actor.run_id)
+        except Exception as exc:
+            log.warning("run %s: closing its endpoint failed: %r", actor.run_id, exc)
 
     def _follow_up_cancel(
         self, delegation_id: str, session: TargetSession, policy: DelegationPolicy
@@ -272,6 +304,7 @@ async def open_run(
     run_id: str | None = None,
     metadata: Mapping[str, Any] | None = None,
     clock: Callable[[], float] = time.time,
+    endpoints: RunEndpointProvider | None = None,
 ) -> AsyncIterator[Run]:
     """Open a private `Engine` for one run and yield the run's handle (the embedding shortcut).
 
@@ -284,7 +317,7 @@ async def open_run(
     ```
     """
     async with (
-        Engine(agents, limits=limits, clock=clock) as eng,
+        Engine(agents, limits=limits, clock=clock, endpoints=endpoints) as eng,
         eng.open_run(run_id=run_id, metadata=metadata) as run,
     ):
         yield run
@@ -314,6 +347,8 @@ class RunActor:
         )
         self.mailbox = LaneBuffer(limits.run_mailbox_bytes)
         self.handle = Run(self)
+        self.endpoint: RunEndpoint | None = None
+        self.parent_calls = ParentToolCalls()
         self.body_scope: trio.CancelScope | None = None
         self.cancel_reason = ""
         self.closed = trio.Event()
@@ -409,6 +444,8 @@ class RunActor:
     def start_delegation(self, request: DelegationRequest) -> DelegationHandle:
         delegation_id = self.engine.new_id("del")
         engine = self.engine
+        if request.parent_tool_call_id:
+            self.parent_calls.claim(request.parent_tool_call_id)
         try:
             if self._work is None or self._ended:
                 raise DelegationError(
@@ -881,6 +918,19 @@ class Run:
     def registry(self) -> Registry:
         return self._actor.engine.registry
 
+    @property
+    def endpoint(self) -> RunEndpoint | None:
+        """The run's tool endpoint (URL and bearer token for its parent agent's MCP
+        configuration), when the engine has an endpoint provider; None otherwise."""
+        return self._actor.endpoint
+
+    def claim_parent_tool_call(self, mode: str) -> str | None:
+        """The parent tool call a delegation without a tool-call id belongs to (`medium`: the
+        oldest unclaimed parent delegation call; `weak`: the only open one, else
+        `AmbiguousCorrelation`), or None. See `engine._correlation`."""
+        actor = self._actor
+        return actor.parent_calls.claim_next(mode, actor.engine.clock())
+
     def start_delegation(self, request: DelegationRequest) -> DelegationHandle:
         """Start a delegation in the run's nursery and return at once.
 
@@ -932,7 +982,9 @@ class Run:
         """Publish one of the parent's own payloads (text, reasoning, tool calls, custom)."""
         if kind in Kind.RUN_TERMINALS or kind == Kind.RUN_STARTED or kind.startswith("subagent."):
             raise ValueError(f"{kind!r} is not a parent payload kind; use finish()/fail()")
-        await self._actor.publish(self._actor._event(kind, **fields))
+        event = self._actor._event(kind, **fields)
+        self._actor.parent_calls.observe(kind, event.tool_call_id, event.tool_name, event.time)
+        await self._actor.publish(event)
 
     async def flush(self) -> None:
         """Wait until everything published so far is in the journal."""

@@ -44,6 +44,10 @@ class ErrorCode:
     RUN_CLOSED: Final = "run_closed"
     MALFORMED_REMOTE_PAYLOAD: Final = "malformed_remote_payload"
     INTERNAL_ERROR: Final = "internal_error"
+    #: The tool endpoint could not tell which run a call belongs to (host misconfiguration).
+    CONFIGURATION_ERROR: Final = "configuration_error"
+    #: Weak (timing-based) correlation found several candidate parent tool calls.
+    AMBIGUOUS_CORRELATION: Final = "ambiguous_correlation"
 
 
 #: Whether a parent may reasonably retry the same call after this error.
@@ -66,6 +70,8 @@ RETRYABLE_BY_DEFAULT: Final[dict[str, bool]] = {
     ErrorCode.RUN_CLOSED: False,
     ErrorCode.MALFORMED_REMOTE_PAYLOAD: False,
     ErrorCode.INTERNAL_ERROR: True,
+    ErrorCode.CONFIGURATION_ERROR: False,
+    ErrorCode.AMBIGUOUS_CORRELATION: True,
 }
 
 

@@ -1,0 +1,509 @@
+"""The run-scoped MCP endpoint (000 §7 option A): `delegate_to_agent` over Streamable HTTP.
+
+This module owns the I/O side of the MCP tool: one listener on 127.0.0.1, served by Hypercorn's
+Trio worker, with the official `mcp` server (a stateful `StreamableHTTPSessionManager` over a
+low-level `Server`), and the actor work of one tool call: start the delegation in the caller's
+run, report MCP progress while it is blocked, return the structured result.
+
+One listener, many runs. Every run gets its own path (`/runs/<run id>/mcp`) and its own fresh
+256-bit bearer token, checked in constant time on every request; the token, not anything the
+model says, tells the tool which run it serves. A listener per run was the alternative: it would
+cost a port, a socket and a server task per run and race other processes for ports; one listener
+holds hundreds of runs with one socket, and a run's path and token are revoked the moment it
+ends (later requests get 401). Sessions are bound to the run whose token opened them (the
+session manager refuses a session id presented with another run's token as unknown).
+
+Cancellation reaches the delegation (and so its remote task) four ways: `notifications/cancelled`
+and a session DELETE cancel the tool handler inside the SDK; a dropped connection does not (the
+legacy transport keeps the handler running), so the request wrapper here cancels every call
+whose POST ended before its result was written; and the tool timeout of the parent CLI arrives
+as `notifications/cancelled`. A run that ends cancels its delegations, whose calls then return
+their (cancelled) results.
+
+Progress: while a call is blocked, its own delegation's events (not other delegations of the
+run) are summarised into `notifications/progress`, at most one per `progress_interval` and at
+least one per `heartbeat_interval` even when the remote is silent, so parent CLIs that watch for
+idle calls do not time out. Everything else of the delegation's live stream goes to the run
+journal (which the UI watches) and never to the parent model.
+
+The token never appears in a prompt, an event, a result or a log line (Hypercorn's access log is
+off; refusals say why without echoing what was sent).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import re
+import secrets
+from collections.abc import AsyncIterator, Collection
+from contextlib import asynccontextmanager
+from typing import Any, Final
+
+import attrs
+import mcp_types as types
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+from adapters.mcp._tools import AgentSummary, list_tools, read_call, render_error, render_result
+from engine import (
+    AmbiguousCorrelation,
+    Correlation,
+    DelegationError,
+    ErrorCode,
+    Kind,
+    Run,
+    RunEndpoint,
+)
+
+__all__ = ["DelegationEndpoint", "EndpointSettings"]
+
+log = logging.getLogger(__name__)
+
+#: The MCP protocol's ceiling on how long parent CLIs tolerate a silent call is about 10 s or
+#: more (FACTS.md); progress is sent at least this often.
+MAX_HEARTBEAT_INTERVAL: Final = 10.0
+#: Request bodies above this get HTTP 413 from the transport. It is above the tool contract's
+#: 1 MiB so that an oversized `delegate_to_agent` argument gets a structured tool error.
+DEFAULT_MAX_BODY_BYTES: Final = 4 * 1024 * 1024
+_RUN_PATH: Final = re.compile(r"^/runs/([A-Za-z0-9_.:-]{1,128})/mcp/?$")
+_SCOPE_RUN: Final = "subagent_engine.run_id"
+_SCOPE_CALLS: Final = "subagent_engine.calls"
+
+
+@attrs.define
+class _RunSlot:
+    run: Run
+    token: bytes
+    path: str
+
+
+def _positive(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise ValueError(f"{attribute.name} must be positive, got {value!r}")
+
+
+@attrs.define(kw_only=True)
+class EndpointSettings:
+    """How the endpoint listens and behaves; every field has a sane default."""
+
+    host: str = "127.0.0.1"
+    port: int = 0  # 0: an ephemeral port, read back from `DelegationEndpoint.base_url`
+    server_name: str = "subagents"
+    #: Agent keys that also get a named tool `delegate_to_<key>`.
+    shortcuts: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset)
+    #: Without a tool-call id in `_meta`: `medium` pairs calls with the parent's delegation tool
+    #: calls in order; `weak` (diagnostic only) takes the one open call and refuses ambiguity.
+    correlation: str = attrs.field(default=Correlation.MEDIUM)
+    progress_interval: float = attrs.field(default=1.0, validator=_positive)
+    heartbeat_interval: float = attrs.field(default=5.0, validator=_positive)
+    session_idle_timeout: float = attrs.field(default=30 * 60.0, validator=_positive)
+    max_sessions: int = attrs.field(default=10_000, validator=_positive)
+    max_body_bytes: int = attrs.field(default=DEFAULT_MAX_BODY_BYTES, validator=_positive)
+    #: How long listing tools may wait for an agent's card (for its description and skills).
+    describe_timeout: float = attrs.field(default=2.0, validator=_positive)
+
+    @correlation.validator
+    def _check_correlation(self, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value not in (Correlation.MEDIUM, Correlation.WEAK):
+            raise ValueError(f"correlation must be 'medium' or 'weak', got {value!r}")
+
+    def __attrs_post_init__(self) -> None:
+        if self.heartbeat_interval > MAX_HEARTBEAT_INTERVAL:
+            raise ValueError(
+                f"heartbeat_interval must be at most {MAX_HEARTBEAT_INTERVAL:g} s "
+                "(parent CLIs time out silent calls)"
+            )
+        if self.host not in ("127.0.0.1", "::1", "localhost"):
+            raise ValueError(
+                f"the MCP endpoint listens on loopback only (got host {self.host!r}): "
+                "it serves the parent agents of this host"
+            )
+
+
+class DelegationEndpoint:
+    """The MCP endpoint of an engine's runs; an `engine.RunEndpointProvider`.
+
+    ```
+    async with DelegationEndpoint().serve() as mcp:
+        async with Engine(agents, endpoints=mcp) as eng, eng.open_run() as run:
+            run.endpoint.url, run.endpoint.headers  # for the parent agent's MCP config
+    ```
+    """
+
+    def __init__(self, settings: EndpointSettings | None = None, **overrides: Any) -> None:
+        """`overrides` are `EndpointSettings` fields, applied over `settings` (or defaults)."""
+        base = settings or EndpointSettings()
+        self.settings = attrs.evolve(base, **overrides) if overrides else base
+        self._slots: dict[str, _RunSlot] = {}
+        self._base_url: str | None = None
+        self._server: Server[Any] = Server(
+            "subagent-engine",
+            title="subagent-engine delegation",
+            instructions=(
+                "delegate_to_agent hands a bounded task to a host-registered remote agent and "
+                "returns its structured result when it ends."
+            ),
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+        self._manager: StreamableHTTPSessionManager | None = None
+        #: Calls in flight and what became of finished ones, for tests and metrics.
+        self.calls_in_flight = 0
+        self.calls_cancelled_by_disconnect = 0
+        self.refused_requests = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        if self._base_url is None:
+            raise RuntimeError("the endpoint is not serving (use `async with endpoint.serve()`)")
+        return self._base_url
+
+    @asynccontextmanager
+    async def serve(self) -> AsyncIterator[DelegationEndpoint]:
+        """Listen until the block ends; every session and call still open is then cancelled."""
+        settings = self.settings
+        manager = StreamableHTTPSessionManager(
+            self._server,
+            session_idle_timeout=settings.session_idle_timeout,
+            max_sessions=settings.max_sessions,
+            max_request_body_size=settings.max_body_bytes,
+        )
+        config = HypercornConfig()
+        host = f"[{settings.host}]" if ":" in settings.host else settings.host
+        config.bind = [f"{host}:{settings.port}"]
+        config.accesslog = None
+        config.errorlog = logging.getLogger("hypercorn.error")
+        config.graceful_timeout = 1.0
+        async with manager.run(), trio.open_nursery() as nursery:
+            self._manager = manager
+            binds = await nursery.start(hypercorn_serve, self._asgi, config)
+            self._base_url = str(binds[0]).rstrip("/")
+            try:
+                yield self
+            finally:
+                self._base_url = None
+                self._manager = None
+                self._slots.clear()
+                nursery.cancel_scope.cancel()
+
+    # -- engine.RunEndpointProvider ----------------------------------------------------------
+
+    async def open_endpoint(self, run: Run) -> RunEndpoint:
+        if self._base_url is None:
+            raise RuntimeError("the MCP endpoint is not serving")
+        if not _RUN_PATH.match(f"/runs/{run.run_id}/mcp"):
+            raise ValueError("the run id cannot be part of an endpoint path")
+        token = secrets.token_urlsafe(32)
+        path = f"/runs/{run.run_id}/mcp"
+        self._slots[run.run_id] = _RunSlot(run=run, token=token.encode(), path=path)
+        return RunEndpoint(
+            url=f"{self._base_url}{path}", token=token, server_name=self.settings.server_name
+        )
+
+    async def close_endpoint(self, run_id: str) -> None:
+        self._slots.pop(run_id, None)
+
+    @property
+    def open_runs(self) -> int:
+        return len(self._slots)
+
+    # -- HTTP ---------------------------------------------------------------------------
+
+    async def _asgi(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await _lifespan(receive, send)
+            return
+        if scope["type"] != "http":
+            return
+        match = _RUN_PATH.match(scope.get("path", ""))
+        if match is None:
+            await _json_response(send, 404, "not_found", "No such endpoint.")
+            return
+        slot = self._authenticate(match.group(1), scope)
+        if isinstance(slot, str):
+            self.refused_requests += 1
+            await _json_response(
+                send,
+                401,
+                "unauthorized",
+                slot,
+                headers=[(b"www-authenticate", b'Bearer realm="subagent-engine"')],
+            )
+            return
+        manager = self._manager
+        if manager is None:
+            await _json_response(send, 503, "unavailable", "The endpoint is shutting down.")
+            return
+        run_id = slot.run.run_id
+        scope[_SCOPE_RUN] = run_id
+        calls: list[trio.CancelScope] = []
+        scope[_SCOPE_CALLS] = calls
+        # Binds each MCP session to the run whose token opened it.
+        scope["user"] = AuthenticatedUser(AccessToken(token=run_id, client_id=run_id, scopes=[]))
+        try:
+            await manager.handle_request(scope, receive, send)
+        finally:
+            # A call whose POST ended before its result was written lost its client: the
+            # legacy transport would keep it running, so it is cancelled here (and with it the
+            # delegation and the remote task).
+            for call_scope in calls:
+                self.calls_cancelled_by_disconnect += 1
+                call_scope.cancel()
+
+    def _authenticate(self, run_id: str, scope: dict[str, Any]) -> _RunSlot | str:
+        """The run's slot, or the reason (readable, echoing nothing) the request is refused."""
+        header = None
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                header = value
+                break
+        slot = self._slots.get(run_id)
+        if header is None:
+            return (
+                "This MCP endpoint needs the run's bearer token: send "
+                "'Authorization: Bearer <token>' as given by the run's endpoint configuration."
+            )
+        scheme, _, presented = header.partition(b" ")
+        if scheme.lower() != b"bearer" or not presented:
+            return "The Authorization header must be 'Bearer <token>'."
+        expected = slot.token if slot is not None else b"\0" * 43
+        # Constant-time, and as slow for an unknown run as for a wrong token.
+        if not hmac.compare_digest(presented.strip(), expected) or slot is None:
+            return "The bearer token is not this run's, or the run has ended."
+        return slot
+
+    # -- MCP handlers ---------------------------------------------------------------------
+
+    def _slot_of(self, ctx: Any) -> _RunSlot | None:
+        request = getattr(ctx, "request", None)
+        scope = getattr(request, "scope", None)
+        if not isinstance(scope, dict):
+            return None
+        slot = self._slots.get(scope.get(_SCOPE_RUN, ""))
+        return slot
+
+    async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
+        slot = self._slot_of(ctx)
+        agents = await self._describe(slot.run) if slot is not None else []
+        return types.ListToolsResult(tools=list_tools(agents, self.settings.shortcuts))
+
+    async def _describe(self, run: Run) -> list[AgentSummary]:
+        """Each registered agent's description and skills: the host's words first, else its
+        card's (fetched at most `describe_timeout`; an agent whose card is unavailable is still
+        listed)."""
+        specs = list(run.registry)
+
+        async def prepare(target: Any) -> None:
+            with trio.move_on_after(self.settings.describe_timeout):
+                try:
+                    await target.prepare()
+                except Exception as exc:
+                    log.debug("describing an agent: its card is unavailable: %r", exc)
+
+        async with trio.open_nursery() as nursery:
+            for spec in specs:
+                if hasattr(spec.target, "prepare") and getattr(spec.target, "card_info", 1) is None:
+                    nursery.start_soon(prepare, spec.target)
+        summaries = []
+        for spec in specs:
+            card = getattr(spec.target, "card_info", None)
+            description = spec.description or str(getattr(card, "description", "") or "")
+            skills = spec.skills or tuple(
+                str(getattr(skill, "name", "") or getattr(skill, "id", ""))
+                for skill in getattr(card, "skills", ()) or ()
+            )
+            summaries.append(
+                AgentSummary(
+                    key=spec.key,
+                    name=spec.name,
+                    description=description,
+                    skills=tuple(s for s in skills if s),
+                    protocol=spec.protocol,
+                )
+            )
+        return summaries
+
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        slot = self._slot_of(ctx)
+        if slot is None:
+            return render_error(
+                DelegationError(
+                    code=ErrorCode.CONFIGURATION_ERROR,
+                    message="This call reached the MCP endpoint without a run: the endpoint "
+                    "must be reached through a run's URL and token.",
+                ),
+                tool=params.name,
+            )
+        run = slot.run
+        try:
+            call = read_call(
+                params.name, params.arguments, params.meta, shortcuts=self.settings.shortcuts
+            )
+        except DelegationError as error:
+            return render_error(error, tool=params.name)
+        request = call.request
+        correlation = call.correlation
+        if request.parent_tool_call_id is None:
+            mode = self.settings.correlation
+            try:
+                claimed = run.claim_parent_tool_call(mode)
+            except AmbiguousCorrelation as exc:
+                return render_error(
+                    DelegationError(code=ErrorCode.AMBIGUOUS_CORRELATION, message=str(exc)),
+                    tool=params.name,
+                )
+            correlation = mode
+            if claimed is not None:
+                request = attrs.evolve(request, parent_tool_call_id=claimed)
+        metadata = {**request.metadata, "correlation": correlation, "tool": params.name}
+        request = attrs.evolve(request, metadata=metadata)
+        after = run.journal.head
+        handle = run.start_delegation(request)
+        calls: list[trio.CancelScope] = ctx.request.scope.get(_SCOPE_CALLS, [])
+        self.calls_in_flight += 1
+        try:
+            with trio.CancelScope() as call_scope:
+                calls.append(call_scope)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._report_progress, ctx, run, handle.delegation_id, after)
+                    result = await handle.wait()
+                    nursery.cancel_scope.cancel()
+            # The call is over (whatever happened): the wrapper must not count it as dropped.
+            calls.remove(call_scope)
+            if call_scope.cancelled_caught:
+                return render_error(
+                    DelegationError(
+                        code=ErrorCode.CANCELLED, message="The caller's connection was dropped."
+                    ),
+                    tool=params.name,
+                )
+            # The delegation's events, terminal included, are in the journal before the parent
+            # sees the result.
+            await run.flush()
+            return render_result(result)
+        finally:
+            self.calls_in_flight -= 1
+
+    async def _report_progress(self, ctx: Any, run: Run, delegation_id: str, after: int) -> None:
+        settings = self.settings
+        summary = _ProgressSummary()
+        sent = 0.0
+        last_sent = trio.current_time()
+        changed = False
+        subscription = run.events(after)
+        live = True
+        try:
+            while True:
+                wait = settings.progress_interval if changed else settings.heartbeat_interval
+                deadline = last_sent + wait
+                if live:
+                    with trio.move_on_at(deadline):
+                        try:
+                            batch = await subscription.receive_batch()
+                        except trio.EndOfChannel:
+                            live = False
+                            batch = []
+                        for entry in batch:
+                            if entry.event.delegation_id == delegation_id:
+                                changed = summary.add(entry.event) or changed
+                else:
+                    await trio.sleep_until(deadline)
+                now = trio.current_time()
+                due = now - last_sent >= (
+                    settings.progress_interval if changed else settings.heartbeat_interval
+                )
+                if due:
+                    sent += 1
+                    await ctx.session.report_progress(sent, None, summary.message())
+                    last_sent = now
+                    changed = False
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.debug("progress for %s stopped: the client is gone (%r)", delegation_id, exc)
+        finally:
+            subscription.close()
+
+
+class _ProgressSummary:
+    """What a progress notification says about one delegation: status and output so far."""
+
+    def __init__(self) -> None:
+        self.agent = ""
+        self.status = "starting"
+        self.text_chars = 0
+        self.artifacts = 0
+        self.tool_calls = 0
+
+    def add(self, event: Any) -> bool:
+        kind = event.kind
+        if kind == Kind.STARTED:
+            self.agent = event.agent_name or event.agent_key or ""
+            self.status = "started"
+        elif kind == Kind.STATUS and event.status:
+            self.status = event.status
+        elif kind in (Kind.TEXT_DELTA, Kind.REASONING_DELTA) and event.delta:
+            self.text_chars += len(event.delta)
+        elif kind == Kind.ARTIFACT:
+            self.artifacts += 1
+        elif kind == Kind.TOOL_CALL_START:
+            self.tool_calls += 1
+        elif kind == Kind.INPUT_REQUIRED:
+            self.status = "waiting for input"
+        elif kind in Kind.DELEGATION_TERMINALS:
+            self.status = kind.rsplit(".", 1)[-1]
+        else:
+            return False
+        return True
+
+    def message(self) -> str:
+        parts = [f"{self.agent or 'remote agent'}: {self.status}"]
+        if self.text_chars:
+            parts.append(f"{self.text_chars} chars of output")
+        if self.artifacts:
+            parts.append(f"{self.artifacts} artifact{'s' if self.artifacts != 1 else ''}")
+        if self.tool_calls:
+            parts.append(f"{self.tool_calls} tool call{'s' if self.tool_calls != 1 else ''}")
+        return ", ".join(parts)
+
+
+async def _lifespan(receive: Any, send: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def _json_response(
+    send: Any,
+    status: int,
+    error: str,
+    message: str,
+    *,
+    headers: Collection[tuple[bytes, bytes]] = (),
+) -> None:
+    body = json.dumps({"error": error, "message": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,261 @@
+"""The `delegate_to_agent` tool contract over MCP (000 §11), sans-IO.
+
+This module owns what the MCP endpoint says and reads, with no I/O of its own: the tool list
+(the generic `delegate_to_agent` and the host's named shortcuts `delegate_to_<key>`, each
+described with the registered agents' descriptions and skills so a model knows what it may
+call), the reading of one `tools/call` (name, arguments and `_meta`) into a `DelegationRequest`
+or a typed refusal, and the rendering of a `DelegationResult` as the tool result the parent
+model sees: the structured result as `structuredContent` plus a short text rendering, `isError`
+for anything but a completed delegation.
+
+Arguments are validated by the engine's `parse_tool_input` (the one validator of the tool
+contract, also fuzzed), so an unknown field, an `endpoint_url`, an oversized body or an out of
+range bound is refused before any outbound request, with the field it concerns.
+
+The parent tool-call id (strong correlation, 000 §13) comes from the call's `_meta`:
+`claudecode/toolUseId` (Claude Code) or `callId` (Codex). Ids are bounded and must be printable;
+anything else is ignored rather than trusted.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import attrs
+import mcp_types as types
+
+from engine import (
+    TOOL_INPUT_SCHEMA,
+    DelegationError,
+    DelegationRequest,
+    DelegationResult,
+    ErrorCode,
+    Status,
+    parse_tool_input,
+    to_jsonable,
+    tool_input_schema,
+)
+
+__all__ = [
+    "GENERIC_TOOL",
+    "AgentSummary",
+    "ToolCall",
+    "list_tools",
+    "parent_tool_call_id",
+    "read_call",
+    "render_error",
+    "render_result",
+    "shortcut_tool_name",
+]
+
+GENERIC_TOOL: Final = "delegate_to_agent"
+SHORTCUT_PREFIX: Final = "delegate_to_"
+#: `_meta` keys that carry the parent's own tool-call id, in order of preference.
+TOOL_CALL_ID_META_KEYS: Final = ("claudecode/toolUseId", "callId")
+MAX_TOOL_CALL_ID_CHARS: Final = 256
+_PRINTABLE_ID: Final = re.compile(r"[\x21-\x7e]{1,256}")
+#: Bounds of what one agent contributes to a tool description.
+MAX_DESCRIPTION_CHARS: Final = 300
+MAX_SKILLS_LISTED: Final = 8
+#: How much of the result's summary the text rendering repeats (all of it is in structuredContent).
+MAX_TEXT_SUMMARY_CHARS: Final = 4000
+
+
+@attrs.frozen
+class AgentSummary:
+    """What a model is told about one registered agent."""
+
+    key: str
+    name: str
+    description: str = ""
+    skills: tuple[str, ...] = ()
+    protocol: str = ""
+
+
+@attrs.frozen
+class ToolCall:
+    """One validated `tools/call`: the request to delegate and where its tool-call id came from
+    (`strong` when `_meta` carried it, else `none`: the endpoint then correlates by run)."""
+
+    request: DelegationRequest
+    correlation: str
+
+
+def shortcut_tool_name(agent_key: str) -> str:
+    return f"{SHORTCUT_PREFIX}{agent_key}"
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _agent_line(agent: AgentSummary) -> str:
+    line = f"- {agent.key}"
+    if agent.name and agent.name != agent.key:
+        line += f" ({_clip(agent.name, 80)})"
+    if agent.description:
+        description = _clip(agent.description, MAX_DESCRIPTION_CHARS)
+        line += f": {description}" + ("" if description[-1] in ".!?…" else ".")
+    if agent.skills:
+        skills = ", ".join(_clip(s, 60) for s in agent.skills[:MAX_SKILLS_LISTED])
+        more = len(agent.skills) - MAX_SKILLS_LISTED
+        line += f" Skills: {skills}" + (f" and {more} more." if more > 0 else ".")
+    return line
+
+
+def _generic_description(agents: Sequence[AgentSummary]) -> str:
+    lines = [
+        "Delegate a bounded task to a host-registered remote agent and wait for its structured "
+        "result (ids, status, summary, artifact references, or a structured error). Name the "
+        "agent by its key; never pass URLs or credentials. The agent does not see this "
+        "conversation: put what it needs in objective, input.prompt and input.context.",
+    ]
+    if agents:
+        lines.append("Agents you may call:")
+        lines.extend(_agent_line(agent) for agent in agents)
+    else:
+        lines.append("No agents are registered right now; every call will be refused.")
+    return "\n".join(lines)
+
+
+def _shortcut_schema() -> dict[str, Any]:
+    schema = copy.deepcopy(TOOL_INPUT_SCHEMA)
+    del schema["properties"]["agent"]
+    schema["required"] = [name for name in schema["required"] if name != "agent"]
+    return schema
+
+
+def list_tools(agents: Iterable[AgentSummary], shortcuts: Collection[str] = ()) -> list[types.Tool]:
+    """The tools of one run's endpoint: `delegate_to_agent` (its `agent` limited to the
+    registered keys), then one `delegate_to_<key>` per registered agent named in `shortcuts`."""
+    agents = list(agents)
+    tools = [
+        types.Tool(
+            name=GENERIC_TOOL,
+            description=_generic_description(agents),
+            input_schema=tool_input_schema([a.key for a in agents]),
+            annotations=types.ToolAnnotations(
+                title="Delegate to a remote agent", read_only_hint=False, open_world_hint=True
+            ),
+        )
+    ]
+    for agent in agents:
+        if agent.key not in shortcuts:
+            continue
+        description = f"Delegate a bounded task to the agent {agent.key!r} and wait for its "
+        description += "structured result. " + _agent_line(agent)[2:]
+        tools.append(
+            types.Tool(
+                name=shortcut_tool_name(agent.key),
+                description=description,
+                input_schema=_shortcut_schema(),
+                annotations=types.ToolAnnotations(
+                    title=f"Delegate to {agent.name or agent.key}",
+                    read_only_hint=False,
+                    open_world_hint=True,
+                ),
+            )
+        )
+    return tools
+
+
+def parent_tool_call_id(meta: Mapping[str, Any] | None) -> str | None:
+    """The parent's own tool-call id from a call's `_meta`, if one is there and well formed."""
+    if not isinstance(meta, Mapping):
+        return None
+    for key in TOOL_CALL_ID_META_KEYS:
+        value = meta.get(key)
+        if isinstance(value, str) and _PRINTABLE_ID.fullmatch(value):
+            return value
+    return None
+
+
+def _invalid(message: str, field: str | None = None) -> DelegationError:
+    return DelegationError(
+        code=ErrorCode.INVALID_INPUT,
+        message=message,
+        retryable=False,
+        metadata={"field": field} if field else None,
+    )
+
+
+def read_call(
+    name: str,
+    arguments: Mapping[str, Any] | None,
+    meta: Mapping[str, Any] | None,
+    *,
+    shortcuts: Collection[str] = (),
+) -> ToolCall:
+    """Read one `tools/call` into a request. Raises `DelegationError` (`invalid_input`, with
+    `metadata.field`) for an unknown tool or arguments the contract refuses."""
+    if not isinstance(arguments, Mapping):
+        arguments = {} if arguments is None else arguments
+        if not isinstance(arguments, Mapping):
+            raise _invalid("The tool arguments must be a JSON object.")
+    if name == GENERIC_TOOL:
+        tool_input = parse_tool_input(arguments)
+    elif name.startswith(SHORTCUT_PREFIX) and name[len(SHORTCUT_PREFIX) :] in shortcuts:
+        if "agent" in arguments:
+            raise _invalid(
+                f"{name} always delegates to {name[len(SHORTCUT_PREFIX) :]!r}; "
+                "do not pass 'agent' (use delegate_to_agent to choose one).",
+                "agent",
+            )
+        tool_input = parse_tool_input({"agent": name[len(SHORTCUT_PREFIX) :], **arguments})
+    else:
+        raise _invalid(f"There is no tool named {name[:80]!r} here; use {GENERIC_TOOL}.", "name")
+    tool_call_id = parent_tool_call_id(meta)
+    request = DelegationRequest.from_tool_input(tool_input, parent_tool_call_id=tool_call_id)
+    return ToolCall(request=request, correlation="strong" if tool_call_id else "none")
+
+
+# -- results ------------------------------------------------------------------------------
+
+
+def _result_text(result: DelegationResult) -> str:
+    head = f"Delegation {result.delegation_id} to {result.agent!r} ({result.remote_protocol})"
+    head += f": {result.status}."
+    lines = [head]
+    if result.remote_task_id:
+        lines.append(f"Remote task: {result.remote_task_id}.")
+    if result.error is not None:
+        error = result.error
+        retry = " It may be retried." if error.retryable else ""
+        lines.append(f"Error {error.code}: {_clip(error.message, 600)}{retry}")
+        if result.remote_cancel and result.remote_cancel != "not_needed":
+            lines.append(f"Remote cancel: {result.remote_cancel}.")
+    if result.summary:
+        lines.append(f"Summary: {_clip(result.summary, MAX_TEXT_SUMMARY_CHARS)}")
+    for artifact in result.artifacts:
+        label = artifact.name or artifact.id or "artifact"
+        where = f" at {artifact.uri}" if artifact.uri else ""
+        kind = f" ({artifact.mime_type})" if artifact.mime_type else ""
+        lines.append(f"Artifact: {label}{kind}{where}")
+    return "\n".join(lines)
+
+
+def render_result(result: DelegationResult) -> types.CallToolResult:
+    """The tool result for a delegation's end: structured result plus a concise rendering.
+    Anything but `completed` is an error result (`isError`) that still carries the ids."""
+    structured = to_jsonable(result)
+    return types.CallToolResult(
+        content=[types.TextContent(text=_result_text(result))],
+        structured_content=structured,
+        is_error=result.status != Status.COMPLETED,
+    )
+
+
+def render_error(error: DelegationError, *, tool: str = GENERIC_TOOL) -> types.CallToolResult:
+    """A structured tool error for a call refused before any delegation started."""
+    structured: dict[str, Any] = {"status": Status.FAILED, "error": to_jsonable(error)}
+    field = (error.metadata or {}).get("field")
+    where = f" (field {field})" if field else ""
+    return types.CallToolResult(
+        content=[types.TextContent(text=f"{tool} refused: {error.code}{where}: {error.message}")],
+        structured_content=structured,
+        is_error=True,
+    )
