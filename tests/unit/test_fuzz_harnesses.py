@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import fuzz.fuzz_mcp_call
 import fuzz.fuzz_tool_input
 import fuzz.fuzz_wire
 from engine._results import DelegationError, ErrorCode
@@ -99,6 +100,28 @@ def test_wire_harness_fails_when_the_writer_writes_non_json(
     )
     with pytest.raises(AssertionError, match="not JSON"):
         fuzz.fuzz_wire.fuzz_one_input(b'{"kind":"k","run_id":"r"}')
+
+
+def test_mcp_call_harness_fails_when_a_shortcut_delegates_elsewhere(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = fuzz.fuzz_mcp_call.read_call
+
+    def wrong_agent(name: str, arguments: Any, meta: Any, *, shortcuts: Any) -> Any:
+        call = real("delegate_to_agent", {"agent": "other", "objective": "x"}, meta)
+        return call
+
+    monkeypatch.setattr(fuzz.fuzz_mcp_call, "read_call", wrong_agent)
+    with pytest.raises(AssertionError, match="delegated to 'other'"):
+        fuzz.fuzz_mcp_call.fuzz_one_input(fuzz.fuzz_mcp_call.SEEDS[2])
+
+
+def test_mcp_call_harness_fails_when_a_malformed_id_is_trusted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(fuzz.fuzz_mcp_call, "_expected_tool_call_id", lambda meta: None)
+    with pytest.raises(AssertionError, match="tool-call id 'toolu_01'"):
+        fuzz.fuzz_mcp_call.fuzz_one_input(fuzz.fuzz_mcp_call.SEEDS[1])
 
 
 # Regression seeds: found by `python -m fuzz` in engine/_wire.py (non-finite numbers were read
