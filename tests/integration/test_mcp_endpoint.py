@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 import trio
+from mcp.shared.exceptions import MCPError
 
 from adapters.a2a import A2ATarget
 from adapters.inprocess import InProcessTarget, LocalTask
@@ -565,6 +566,24 @@ async def test_cancelling_the_client_call_cancels_the_remote_task(a2a_server: An
     cancels = a2a_server.entries("hang", "cancels", working.remote_task_id)
     assert len(cancels) == 1
     assert cancels[0]["tenant"] == "acme"
+
+
+async def test_the_parents_tool_timeout_cancels_the_remote_task(a2a_server: Any) -> None:
+    # A parent CLI's tool timeout is the client giving up on the request: the mcp client then
+    # sends notifications/cancelled, as Claude Code and Codex do.
+    async with (
+        open_endpoint_run([a2a_agent(a2a_server.card_url("hang"))]) as (_, eng, run),
+        mcp_session(run.endpoint) as session,
+    ):
+        with pytest.raises(MCPError, match="timed out"):
+            await session.call_tool(
+                "delegate_to_agent", call_args("remote"), read_timeout_seconds=1.5
+            )
+        await _wait_until_ended(run)
+    result = eng.results(run.run_id)[0]
+    assert result.status == Status.CANCELLED
+    assert result.remote_task_id
+    assert len(a2a_server.entries("hang", "cancels", result.remote_task_id)) == 1
 
 
 class _RawMCP:
