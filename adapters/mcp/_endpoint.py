@@ -301,18 +301,22 @@ class DelegationEndpoint:
         card's (fetched at most `describe_timeout`; an agent whose card is unavailable is still
         listed)."""
         specs = list(run.registry)
+        unavailable: dict[str, str] = {}
 
-        async def prepare(target: Any) -> None:
+        async def prepare(key: str, target: Any) -> None:
             with trio.move_on_after(self.settings.describe_timeout):
                 try:
                     await target.prepare()
+                except DelegationError as error:
+                    unavailable[key] = error.code  # the code only: remote text stays out
                 except Exception as exc:
-                    log.debug("describing an agent: its card is unavailable: %r", exc)
+                    unavailable[key] = ErrorCode.AGENT_UNAVAILABLE
+                    log.debug("describing agent %s: %r", key, exc)
 
         async with trio.open_nursery() as nursery:
             for spec in specs:
                 if hasattr(spec.target, "prepare") and getattr(spec.target, "card_info", 1) is None:
-                    nursery.start_soon(prepare, spec.target)
+                    nursery.start_soon(prepare, spec.key, spec.target)
         summaries = []
         for spec in specs:
             card = getattr(spec.target, "card_info", None)
@@ -328,6 +332,7 @@ class DelegationEndpoint:
                     description=description,
                     skills=tuple(s for s in skills if s),
                     protocol=spec.protocol,
+                    unavailable=unavailable.get(spec.key, ""),
                 )
             )
         return summaries

@@ -73,6 +73,8 @@ class AgentSummary:
     description: str = ""
     skills: tuple[str, ...] = ()
     protocol: str = ""
+    #: Why the agent cannot be called right now (e.g. its card was rejected), or "".
+    unavailable: str = ""
 
 
 @attrs.frozen
@@ -104,6 +106,8 @@ def _agent_line(agent: AgentSummary) -> str:
         skills = ", ".join(_clip(s, 60) for s in agent.skills[:MAX_SKILLS_LISTED])
         more = len(agent.skills) - MAX_SKILLS_LISTED
         line += f" Skills: {skills}" + (f" and {more} more." if more > 0 else ".")
+    if agent.unavailable:
+        line += f" Unavailable right now ({_clip(agent.unavailable, 120)}): calls will fail."
     return line
 
 

@@ -36,6 +36,7 @@ from engine import (
 )
 from tests.integration.mcp_client import mcp_session
 from tests.integration.test_a2a_delegation import a2a_agent
+from tests.servers.raw_a2a import RawScenario, serve_raw_a2a
 
 # The mcp client (not the endpoint) leaves httpx2's SSE generators to the garbage collector when
 # a session closes; that is the client library's business, not something these tests check.
@@ -131,6 +132,23 @@ async def test_tools_list_describes_an_a2a_agent_from_its_card(a2a_server: Any) 
     line = next(line for line in description.splitlines() if line.startswith("- remote"))
     assert "(A2A remote)" in line
     assert "Skills:" in line  # from the card: the host gave none
+
+
+async def test_an_agent_with_a_malformed_card_is_marked_unavailable_and_never_called(
+    nursery: trio.Nursery,
+) -> None:
+    scenario = await nursery.start(serve_raw_a2a, RawScenario(card_override={"name": "broken"}))
+    async with (
+        open_endpoint_run([a2a_agent(scenario.card_url, "broken")]) as (_, _, run),
+        mcp_session(run.endpoint) as session,
+    ):
+        tools = (await session.list_tools()).tools
+        result = await session.call_tool("delegate_to_agent", call_args("broken"))
+    line = next(line for line in (tools[0].description or "").splitlines() if "broken" in line)
+    assert "Unavailable right now (agent_unavailable): calls will fail." in line
+    assert result.is_error
+    assert result.structured_content["error"]["code"] == ErrorCode.AGENT_UNAVAILABLE
+    assert scenario.requests == []  # the card was fetched; no task was ever sent
 
 
 # -- calls ----------------------------------------------------------------------------------
