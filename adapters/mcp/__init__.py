@@ -1,6 +1,8 @@
 """`delegate_to_agent` over MCP: a run-scoped Streamable-HTTP endpoint (`DelegationEndpoint`)
-on the official `mcp` server, and the sans-IO tool contract it speaks (`adapters.mcp._tools`)."""
+on the official `mcp` server, the sans-IO tool contract it speaks (`adapters.mcp._tools`), and
+the parent side (`connect`: an official mcp client session with readable refusals)."""
 
+from adapters.mcp._client import EndpointRefused, connect
 from adapters.mcp._endpoint import DelegationEndpoint, EndpointSettings
 from adapters.mcp._tools import (
     GENERIC_TOOL,
@@ -18,8 +20,10 @@ __all__ = [
     "GENERIC_TOOL",
     "AgentSummary",
     "DelegationEndpoint",
+    "EndpointRefused",
     "EndpointSettings",
     "ToolCall",
+    "connect",
     "list_tools",
     "parent_tool_call_id",
     "read_call",

@@ -22,7 +22,7 @@ from mcp.shared.exceptions import MCPError
 
 from adapters.a2a import A2ATarget
 from adapters.inprocess import InProcessTarget, LocalTask
-from adapters.mcp import DelegationEndpoint
+from adapters.mcp import DelegationEndpoint, EndpointRefused
 from engine import (
     AgentSpec,
     Engine,
@@ -321,6 +321,16 @@ async def test_requests_without_the_runs_token_get_a_readable_401(
         assert endpoint.refused_requests == len(cases)
         tokens = (run.endpoint.token, other.endpoint.token)
     assert not any(token in record.getMessage() for record in caplog.records for token in tokens)
+
+
+async def test_the_parent_side_gets_a_readable_refusal() -> None:
+    async with open_endpoint_run([local_agent()]) as (_, _, run):
+        with pytest.raises(EndpointRefused) as caught:
+            async with mcp_session(run.endpoint, headers={"Authorization": "Bearer nope"}):
+                raise AssertionError("the session must not open")  # pragma: no cover
+    assert caught.value.status == 401
+    assert "bearer token is not this run's" in str(caught.value)
+    assert "nope" not in str(caught.value)
 
 
 async def test_a_closed_runs_token_is_revoked() -> None:
