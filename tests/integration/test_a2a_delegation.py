@@ -498,3 +498,27 @@ async def test_card_is_cached_and_refetched_after_its_ttl(
     assert target._client(True) is client  # type: ignore[attr-defined]  # same card: kept
     result, _ = await delegate(agent)
     assert result.status == Status.COMPLETED
+
+
+@pytest.mark.parametrize(
+    ("policy", "sticky"), [("ephemeral", False), ("sticky_per_run_agent", True)]
+)
+async def test_context_policy_decides_the_context_id_sent_to_the_remote(
+    a2a_server: Any, policy: str, sticky: bool
+) -> None:
+    a2a_server.reset()
+    agent = a2a_agent(a2a_server.card_url("stream"), context_policy=policy)
+    async with Engine([agent]) as eng, eng.open_run() as run:
+        first = await run.delegate(DelegationRequest(agent="remote", objective="one"))
+        second = await run.delegate(DelegationRequest(agent="remote", objective="two"))
+    await agent.target.aclose()  # type: ignore[attr-defined]
+    assert first.status == second.status == Status.COMPLETED
+    sent = [m["client_context_id"] for m in a2a_server.entries("stream", "messages")]
+    assert sent[0] == ""  # the first delegation lets the remote choose
+    assert first.remote_context_id
+    if sticky:
+        assert sent[1] == first.remote_context_id
+        assert second.remote_context_id == first.remote_context_id
+    else:
+        assert sent[1] == ""
+        assert second.remote_context_id != first.remote_context_id
