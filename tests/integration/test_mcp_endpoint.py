@@ -27,6 +27,7 @@ from engine import (
     AgentSpec,
     Engine,
     ErrorCode,
+    InputRequiredMode,
     Kind,
     Run,
     RunEndpoint,
@@ -767,3 +768,81 @@ async def test_ending_the_run_ends_a_blocked_call_with_a_cancelled_result() -> N
             await returned.wait()
     assert results[0].is_error
     assert results[0].structured_content["status"] == Status.CANCELLED
+
+
+# -- 000 §19 scenarios through the MCP tool ----------------------------------------------------
+
+
+async def test_scenario_1_remote_stream_appears_under_the_parents_tool_call(
+    a2a_server: Any,
+) -> None:
+    async with open_endpoint_run([a2a_agent(a2a_server.card_url("stream"), "research")]) as (
+        _,
+        eng,
+        run,
+    ):
+        await run.emit(
+            Kind.PARENT_TOOL_CALL_START,
+            tool_call_id="toolu_s1",
+            tool_name="mcp__subagents__delegate_to_agent",
+        )
+        async with mcp_session(run.endpoint) as session:
+            result = await session.call_tool(
+                "delegate_to_agent",
+                call_args("research"),
+                meta={"claudecode/toolUseId": "toolu_s1"},
+            )
+        returned_at = run.journal.head  # everything journaled before the result came back
+        await run.emit(Kind.PARENT_TOOL_CALL_RESULT, tool_call_id="toolu_s1", result="ok")
+        await run.emit(Kind.PARENT_TEXT_DELTA, message_id="m1", delta="The research says...")
+    journal = eng.journal(run.run_id)
+    assert journal is not None
+    entries = await journal.store.read_after(0, journal.head)
+    events = [e.event for e in entries]
+    cursor = {}  # kind -> cursor of its first entry
+    for entry in entries:
+        cursor.setdefault(entry.event.kind, entry.cursor)
+    assert cursor[Kind.PARENT_TOOL_CALL_START] < cursor[Kind.STARTED]
+    assert cursor[Kind.STARTED] < cursor[Kind.TEXT_DELTA] < cursor[Kind.FINISHED]
+    assert cursor[Kind.STARTED] < cursor[Kind.ARTIFACT] < cursor[Kind.FINISHED]
+    # The terminal was journaled before the tool result reached the parent.
+    assert cursor[Kind.FINISHED] <= returned_at < cursor[Kind.PARENT_TOOL_CALL_RESULT]
+    assert cursor[Kind.PARENT_TOOL_CALL_RESULT] < cursor[Kind.PARENT_TEXT_DELTA]
+    finished = next(e for e in events if e.kind == Kind.FINISHED)
+    assert finished.remote_task_id == result.structured_content["remote_task_id"]
+    subagent = [e for e in events if e.delegation_id]
+    assert {e.parent_tool_call_id for e in subagent} == {"toolu_s1"}
+    assert not result.is_error
+    assert result.structured_content["artifacts"]  # by reference
+    assert "chunk" not in json.dumps(result.structured_content["artifacts"])
+
+
+async def test_scenario_5_the_tool_blocks_until_the_input_request_is_answered(
+    a2a_server: Any,
+) -> None:
+    agent = a2a_agent(a2a_server.card_url("input"), input_required=InputRequiredMode.SURFACE)
+    returned = trio.Event()
+    results: list[Any] = []
+    async with (
+        open_endpoint_run([agent]) as (_, _, run),
+        mcp_session(run.endpoint) as session,
+        trio.open_nursery() as nursery,
+    ):
+
+        async def call() -> None:
+            results.append(await session.call_tool("delegate_to_agent", call_args("remote")))
+            returned.set()
+
+        nursery.start_soon(call)
+        asked = (await wait_for_kind_with_deadline(run, Kind.INPUT_REQUIRED))[0]
+        assert not returned.is_set()  # still blocked on the remote's question
+        run.answer(asked.delegation_id, text="2026")
+        with trio.fail_after(20):
+            await returned.wait()
+    assert not results[0].is_error
+    assert results[0].structured_content["status"] == Status.COMPLETED
+
+
+async def wait_for_kind_with_deadline(run: Run, kind: str) -> list[Any]:
+    with trio.fail_after(20):
+        return await wait_for_kind(run, kind)
