@@ -1,0 +1,172 @@
+"""The host's TOML configuration: every mistake is located by file, line and field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from adapters.a2a import A2ATarget
+from engine import DelegationPolicy, EngineLimits
+from web.config import ConfigError, load_config, parse_config
+
+GOOD = textwrap.dedent(
+    """\
+    # A host with two agents.
+    [server]
+    port = 9000
+    visibility = "inline"
+    cors_origins = ["http://localhost:3000"]
+
+    [parent]
+    kind = "codex"
+    model_endpoint = "http://127.0.0.1:8001/v1"
+    model = "gpt-test"
+    args = ["--skip-git-repo-check"]
+
+    [limits]
+    max_concurrent_per_run = 4
+
+    [[agents]]
+    key = "research"
+    display_name = "Research"
+    card_url = "https://agents.example/research/.well-known/agent-card.json"
+    tenant = "acme"
+    auth = { token_env = "RESEARCH_TOKEN" }
+    skills = ["search"]
+    shortcut = true
+
+    [agents.policy]
+    default_timeout = 300
+    input_required = "surface"
+
+    [[agents]]
+    key = "review"
+    card_url = "http://127.0.0.1:9999/.well-known/agent-card.json"
+    """
+)
+
+
+def test_a_good_file_gives_the_whole_config() -> None:
+    config = parse_config(GOOD, "host.toml")
+    assert config.server.port == 9000
+    assert config.server.visibility == "inline"
+    assert config.server.cors_origins == ("http://localhost:3000",)
+    assert config.parent.kind == "codex"
+    assert config.parent.args == ("--skip-git-repo-check",)
+    assert config.limits == EngineLimits(max_concurrent_per_run=4)
+    research, review = config.agents
+    assert research.policy == DelegationPolicy(default_timeout=300.0, input_required="surface")
+    assert research.auth is not None and research.auth.token_env == "RESEARCH_TOKEN"
+    assert review.policy == DelegationPolicy()
+    assert config.shortcuts == {"research"}
+
+
+def test_agent_specs_resolve_credentials_from_the_environment() -> None:
+    config = parse_config(GOOD, "host.toml")
+    specs = config.agent_specs({"RESEARCH_TOKEN": "s3cret"})
+    assert [s.key for s in specs] == ["research", "review"]
+    assert isinstance(specs[0].target, A2ATarget)
+    assert "Bearer s3cret" in specs[0].all_secrets
+    assert specs[0].protocol == "a2a"
+    assert specs[1].all_secrets == ()
+
+
+def test_a_missing_credential_variable_is_an_error_at_start() -> None:
+    config = parse_config(GOOD, "host.toml")
+    with pytest.raises(ConfigError) as caught:
+        config.agent_specs({})
+    assert str(caught.value) == (
+        "host.toml:21: agents[0].auth.token_env: "
+        "the environment variable 'RESEARCH_TOKEN' is not set"
+    )
+
+
+def _error(text: str) -> ConfigError:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(textwrap.dedent(text), "bad.toml")
+    return caught.value
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "message"),
+    [
+        ("[server]\nport = 70000\n", 2, "server.port", "must be a TCP port"),
+        ('[server]\nvisibility = "loud"\n', 2, "server.visibility", "must be one of"),
+        ("[server]\nprot = 1\n", 2, "server.prot", "unknown setting"),
+        ('[server]\nport = "80"\n', 2, "server.port", "must be an integer, not a string"),
+        ("[server]\nmax_body_bytes = true\n", 2, "server.max_body_bytes", "not true/false"),
+        ('[parent]\nkind = "gpt"\n', 2, "parent.kind", "must be one of scripted"),
+        ('[parent]\napi_key_env = "sk-live-123"\n', 2, "parent.api_key_env", "never goes"),
+        ("[limits]\nmax_concurrent_per_run = 0\n", 2, "limits.max_concurrent_per_run", ""),
+        ('[[agents]]\nkey = "a"\n', 1, "agents[0]", "missing required setting 'card_url'"),
+        (
+            '[[agents]]\nkey = "Research"\ncard_url = "http://h/c"\n',
+            2,
+            "agents[0].key",
+            "is not an agent key",
+        ),
+        (
+            '[[agents]]\nkey = "a"\ncard_url = "ftp://h/c"\n',
+            3,
+            "agents[0].card_url",
+            "http(s) URL",
+        ),
+        (
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n\n'
+            '[[agents]]\nkey = "b"\ncard_url = "http://h/c"\n[agents.policy]\n'
+            "default_timeout = -1\n",
+            9,
+            "agents[1].policy.default_timeout",
+            "",
+        ),
+        (
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\nauth = { token = "x" }\n',
+            4,
+            "agents[0].auth.token",
+            "unknown setting",
+        ),
+        (
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[[agents]]\nkey = "a"\n'
+            'card_url = "http://h/d"\n',
+            5,
+            "agents[1].key",
+            "duplicate agent key 'a' (also agents[0])",
+        ),
+        (
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\nprotocol = "grpc"\n',
+            4,
+            "agents[0].protocol",
+            "must be one of a2a",
+        ),
+        ("surprise = 1\n", 1, "surprise", "unknown setting"),
+    ],
+)
+def test_mistakes_name_file_line_and_field(text: str, line: int, field: str, message: str) -> None:
+    error = _error(text)
+    assert (error.source, error.line, error.field) == ("bad.toml", line, field)
+    assert message in error.message
+    assert str(error).startswith(f"bad.toml:{line}: {field}: ")
+
+
+def test_invalid_toml_names_the_line() -> None:
+    error = _error("[server]\nport = = 1\n")
+    assert error.line == 2
+    assert "not valid TOML" in str(error)
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such file"):
+        load_config(tmp_path / "nope.toml")
+    path = tmp_path / "host.toml"
+    path.write_text(GOOD)
+    assert load_config(path).source == str(path)
+
+
+def test_an_empty_file_is_the_defaults() -> None:
+    config = parse_config("", "empty.toml")
+    assert config.agents == ()
+    assert config.server.visibility == "attributed"
+    assert config.server.cors_origins == ()
+    assert config.parent.kind == "scripted"

@@ -1,0 +1,502 @@
+"""The host's configuration file (TOML): agents, parent, server, visibility, limits.
+
+This module owns reading one TOML file into a validated `HostConfig`, with every mistake
+reported as a `ConfigError` that names the file, the line and the field (`agents.toml:14:
+agents[1].policy.default_timeout: must be positive`), so a host fixes its file without reading
+code. Everything is checked at start, before anything listens: unknown keys (a typo must not be
+ignored silently), types, ranges, the engine's own validators (agent keys, policy bounds), and
+credentials, which are named by environment variable (`token_env`) and never written in the file;
+a variable that is not set is an error at start, not at the first delegation.
+
+    [server]                      # all optional
+    port = 8080
+    visibility = "attributed"     # attributed | custom | inline | hidden
+    cors_origins = []             # closed by default
+
+    [parent]
+    kind = "scripted"             # scripted | claude-code | codex
+
+    [[agents]]
+    key = "research"
+    protocol = "a2a"
+    card_url = "https://agents.example/research/.well-known/agent-card.json"
+    auth = { token_env = "RESEARCH_TOKEN" }   # header "Authorization", scheme "Bearer"
+    shortcut = true               # also expose delegate_to_research
+    [agents.policy]
+    default_timeout = 300
+
+`load_config(path)` reads a file; `parse_config(text, source)` reads a string. Line numbers come
+from a small scan of the text (tomllib gives none): the line of the deepest table or key that
+names the field, else of its nearest enclosing table.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+
+from adapters.a2a import A2AAgentConfig, A2ATarget
+from engine import AgentSpec, DelegationPolicy, EngineLimits, RegistryError, is_agent_key
+from engine._tool_input import AGENT_KEY_PATTERN
+
+__all__ = [
+    "AgentEntry",
+    "AuthEntry",
+    "ConfigError",
+    "HostConfig",
+    "ParentEntry",
+    "ServerEntry",
+    "load_config",
+    "parse_config",
+]
+
+VISIBILITY_MODES: Final = ("attributed", "custom", "inline", "hidden")
+PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
+PROTOCOLS: Final = ("a2a",)
+
+
+class ConfigError(Exception):
+    """A mistake in the host's configuration, located: `file:line: field: message`."""
+
+    def __init__(self, source: str, line: int | None, field: str, message: str) -> None:
+        where = f"{source}:{line}" if line else source
+        super().__init__(f"{where}: {field}: {message}" if field else f"{where}: {message}")
+        self.source = source
+        self.line = line
+        self.field = field
+        self.message = message
+
+
+@attrs.frozen
+class AuthEntry:
+    """A credential sent to the agent's own origin: `header: scheme <value of token_env>`."""
+
+    token_env: str
+    header: str = "Authorization"
+    scheme: str = "Bearer"
+
+
+@attrs.frozen
+class AgentEntry:
+    key: str
+    protocol: str
+    card_url: str
+    display_name: str = ""
+    description: str = ""
+    skills: tuple[str, ...] = ()
+    tenant: str | None = None
+    auth: AuthEntry | None = None
+    trusted_origins: tuple[str, ...] = ()
+    forward_identity: bool = False
+    shortcut: bool = False
+    policy: DelegationPolicy = attrs.field(factory=DelegationPolicy)
+
+
+@attrs.frozen
+class ServerEntry:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    visibility: str = "attributed"
+    cors_origins: tuple[str, ...] = ()
+    max_body_bytes: int = 1 << 20
+    keepalive_seconds: float = 15.0
+
+
+@attrs.frozen
+class ParentEntry:
+    kind: str = "scripted"
+    model_endpoint: str | None = None
+    model: str | None = None
+    args: tuple[str, ...] = ()
+    api_key_env: str | None = None
+
+
+@attrs.frozen
+class HostConfig:
+    """A validated host configuration. `source` is where it came from (a path or `<embedded>`)."""
+
+    source: str
+    server: ServerEntry = attrs.field(factory=ServerEntry)
+    parent: ParentEntry = attrs.field(factory=ParentEntry)
+    agents: tuple[AgentEntry, ...] = ()
+    limits: EngineLimits = attrs.field(factory=EngineLimits)
+    _lines: Mapping[tuple[Any, ...], int] = attrs.field(factory=dict, repr=False, eq=False)
+
+    @property
+    def shortcuts(self) -> frozenset[str]:
+        return frozenset(agent.key for agent in self.agents if agent.shortcut)
+
+    def agent_specs(self, environ: Mapping[str, str] | None = None) -> list[AgentSpec]:
+        """The registry entries, credentials resolved from `environ` (default: os.environ).
+        Raises `ConfigError` for a credential variable that is not set or empty."""
+        env = os.environ if environ is None else environ
+        specs = []
+        for index, agent in enumerate(self.agents):
+            auth_header = None
+            if agent.auth is not None:
+                value = env.get(agent.auth.token_env, "")
+                if not value:
+                    path = ("agents", index, "auth", "token_env")
+                    raise ConfigError(
+                        self.source,
+                        _line_of(self._lines, path),
+                        _dotted(path),
+                        f"the environment variable {agent.auth.token_env!r} is not set",
+                    )
+                credential = f"{agent.auth.scheme} {value}" if agent.auth.scheme else value
+                auth_header = (agent.auth.header, credential)
+            config = A2AAgentConfig(
+                card_url=agent.card_url,
+                tenant=agent.tenant,
+                auth_header=auth_header,
+                trusted_origins=agent.trusted_origins,
+                forward_identity=agent.forward_identity,
+            )
+            specs.append(
+                AgentSpec(
+                    key=agent.key,
+                    display_name=agent.display_name,
+                    description=agent.description,
+                    skills=agent.skills,
+                    protocol=agent.protocol,
+                    target=A2ATarget(config),
+                    policy=agent.policy,
+                    secrets=config.secrets,
+                )
+            )
+        return specs
+
+
+# -- reading -----------------------------------------------------------------------------
+
+
+def load_config(path: str | os.PathLike[str]) -> HostConfig:
+    """Read and validate a TOML file. Raises `ConfigError` (also for a missing file)."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(source, None, "", "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(source, None, "", f"cannot be read: {exc}") from None
+    return parse_config(text, source)
+
+
+def parse_config(text: str, source: str = "<config>") -> HostConfig:
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        # Python 3.11's error has no line attribute; its message ends "(at line N, column M)".
+        found = re.search(r"\(at line (\d+), column \d+\)$", str(exc))
+        line = int(found.group(1)) if found else getattr(exc, "lineno", None)
+        message = str(exc).split(" (at line", 1)[0]
+        raise ConfigError(source, line, "", f"not valid TOML: {message}") from None
+    lines = _locate(text)
+    reader = _Reader(source, lines)
+    return reader.host(document)
+
+
+_Path = tuple[Any, ...]
+
+
+def _dotted(path: _Path) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _line_of(lines: Mapping[_Path, int], path: _Path) -> int | None:
+    for end in range(len(path), 0, -1):
+        if path[:end] in lines:
+            return lines[path[:end]]
+    return None
+
+
+_TABLE: Final = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY: Final = re.compile(r'^\s*([A-Za-z0-9_."\'-]+?)\s*=')
+
+
+def _split_key(key: str) -> list[str]:
+    return [part.strip().strip("\"'") for part in key.split(".")]
+
+
+def _locate(text: str) -> dict[_Path, int]:
+    """Line numbers of tables and keys, by path (`("agents", 1, "policy", "x")`)."""
+    lines: dict[_Path, int] = {}
+    arrays: dict[tuple[str, ...], int] = {}
+    current: _Path = ()
+    for number, line in enumerate(text.splitlines(), start=1):
+        table = _TABLE.match(line)
+        if table:
+            names = _split_key(table.group(2))
+            if table.group(1) == "[[":
+                index = arrays.get(tuple(names), -1) + 1
+                arrays[tuple(names)] = index
+                current = (*names, index)
+            else:
+                # `[agents.policy]` after `[[agents]]` belongs to the latest agent.
+                head = tuple(names[:1])
+                if head in arrays and len(names) > 1:
+                    current = (names[0], arrays[head], *names[1:])
+                else:
+                    current = tuple(names)
+            lines.setdefault(current, number)
+            continue
+        key = _KEY.match(line)
+        if key:
+            lines.setdefault((*current, *_split_key(key.group(1))), number)
+    return lines
+
+
+class _Reader:
+    """Turns the decoded document into the config, raising located `ConfigError`s."""
+
+    def __init__(self, source: str, lines: Mapping[_Path, int]) -> None:
+        self.source = source
+        self.lines = lines
+
+    def fail(self, path: _Path, message: str) -> ConfigError:
+        return ConfigError(self.source, _line_of(self.lines, path), _dotted(path), message)
+
+    def table(self, value: Any, path: _Path, known: set[str]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.fail(path, f"must be a table, not {_type(value)}")
+        for key in value:
+            if key not in known:
+                hint = f" (known: {', '.join(sorted(known))})"
+                raise self.fail((*path, key), f"unknown setting{hint}")
+        return value
+
+    def get(
+        self,
+        table: Mapping[str, Any],
+        path: _Path,
+        key: str,
+        kind: type | tuple[type, ...],
+        default: Any = None,
+        *,
+        required: bool = False,
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
+        if key not in table:
+            if required:
+                raise self.fail(path, f"missing required setting {key!r}")
+            return default
+        value = table[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        # bool is an int in Python; a TOML `true` is never a number here.
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            names = " or ".join(_TYPE_NAMES.get(k, k.__name__) for k in kinds)
+            raise self.fail((*path, key), f"must be {names}, not {_type(value)}")
+        if check is not None:
+            problem = check(value)
+            if problem:
+                raise self.fail((*path, key), problem)
+        return value
+
+    def strings(self, table: Mapping[str, Any], path: _Path, key: str) -> tuple[str, ...]:
+        values = self.get(table, path, key, list, [])
+        for index, value in enumerate(values):
+            if not isinstance(value, str):
+                raise self.fail((*path, key, index), f"must be a string, not {_type(value)}")
+        return tuple(values)
+
+    def host(self, document: dict[str, Any]) -> HostConfig:
+        top = self.table(document, (), {"server", "parent", "agents", "limits"})
+        agents = self.get(top, (), "agents", list, [])
+        entries = tuple(self.agent(value, ("agents", i)) for i, value in enumerate(agents))
+        seen: dict[str, int] = {}
+        for index, entry in enumerate(entries):
+            if entry.key in seen:
+                raise self.fail(
+                    ("agents", index, "key"),
+                    f"duplicate agent key {entry.key!r} (also agents[{seen[entry.key]}])",
+                )
+            seen[entry.key] = index
+        return HostConfig(
+            source=self.source,
+            server=self.server(top.get("server", {})),
+            parent=self.parent(top.get("parent", {})),
+            agents=entries,
+            limits=self.attrs_table(top.get("limits", {}), ("limits",), EngineLimits),
+            lines=dict(self.lines),
+        )
+
+    def server(self, value: Any) -> ServerEntry:
+        path: _Path = ("server",)
+        known = {
+            "host",
+            "port",
+            "visibility",
+            "cors_origins",
+            "max_body_bytes",
+            "keepalive_seconds",
+        }
+        table = self.table(value, path, known)
+        return ServerEntry(
+            host=self.get(table, path, "host", str, "127.0.0.1", check=_nonempty),
+            port=self.get(table, path, "port", int, 8080, check=_port),
+            visibility=self.get(
+                table, path, "visibility", str, "attributed", check=_one_of(VISIBILITY_MODES)
+            ),
+            cors_origins=self.strings(table, path, "cors_origins"),
+            max_body_bytes=self.get(table, path, "max_body_bytes", int, 1 << 20, check=_positive),
+            keepalive_seconds=float(
+                self.get(table, path, "keepalive_seconds", (int, float), 15.0, check=_positive)
+            ),
+        )
+
+    def parent(self, value: Any) -> ParentEntry:
+        path: _Path = ("parent",)
+        table = self.table(value, path, {"kind", "model_endpoint", "model", "args", "api_key_env"})
+        return ParentEntry(
+            kind=self.get(table, path, "kind", str, "scripted", check=_one_of(PARENT_KINDS)),
+            model_endpoint=self.get(table, path, "model_endpoint", str, check=_http_url),
+            model=self.get(table, path, "model", str, check=_nonempty),
+            args=self.strings(table, path, "args"),
+            api_key_env=self.get(table, path, "api_key_env", str, check=_env_name),
+        )
+
+    def agent(self, value: Any, path: _Path) -> AgentEntry:
+        known = {
+            "key",
+            "protocol",
+            "card_url",
+            "display_name",
+            "description",
+            "skills",
+            "tenant",
+            "auth",
+            "trusted_origins",
+            "forward_identity",
+            "shortcut",
+            "policy",
+        }
+        table = self.table(value, path, known)
+        key = self.get(table, path, "key", str, required=True)
+        protocol = self.get(table, path, "protocol", str, "a2a", check=_one_of(PROTOCOLS))
+        card_url = self.get(table, path, "card_url", str, required=True, check=_http_url)
+        auth = None
+        if "auth" in table:
+            auth_path = (*path, "auth")
+            auth_table = self.table(table["auth"], auth_path, {"token_env", "header", "scheme"})
+            auth = AuthEntry(
+                token_env=self.get(
+                    auth_table, auth_path, "token_env", str, required=True, check=_env_name
+                ),
+                header=self.get(auth_table, auth_path, "header", str, "Authorization"),
+                scheme=self.get(auth_table, auth_path, "scheme", str, "Bearer"),
+            )
+        entry_fields = {
+            "key": key,
+            "protocol": protocol,
+            "card_url": card_url,
+            "display_name": self.get(table, path, "display_name", str, ""),
+            "description": self.get(table, path, "description", str, ""),
+            "skills": self.strings(table, path, "skills"),
+            "tenant": self.get(table, path, "tenant", str, check=_nonempty),
+            "auth": auth,
+            "trusted_origins": self.strings(table, path, "trusted_origins"),
+            "forward_identity": self.get(table, path, "forward_identity", bool, False),
+            "shortcut": self.get(table, path, "shortcut", bool, False),
+            "policy": self.attrs_table(
+                table.get("policy", {}), (*path, "policy"), DelegationPolicy
+            ),
+        }
+        # The engine's own rules decide what a key and a card URL may be.
+        if not is_agent_key(key):
+            raise self.fail(
+                (*path, "key"), f"{key!r} is not an agent key (pattern {AGENT_KEY_PATTERN})"
+            )
+        try:
+            A2AAgentConfig(card_url=card_url, tenant=entry_fields["tenant"])
+        except (ValueError, TypeError) as exc:
+            raise self.fail((*path, "card_url"), str(exc)) from None
+        return AgentEntry(**entry_fields)
+
+    def attrs_table(self, value: Any, path: _Path, cls: type[Any]) -> Any:
+        """An attrs class (policy, limits) from a table: known fields, right types, and the
+        class's own validators, each failure located at its field."""
+        fields = {field.name: field for field in attrs.fields(cls)}
+        table = self.table(value, path, set(fields))
+        kwargs = {}
+        for name, raw in table.items():
+            default = fields[name].default
+            kind: tuple[type, ...]
+            if isinstance(default, bool):
+                kind = (bool,)
+            elif isinstance(default, float):
+                kind = (int, float)
+            elif isinstance(default, int):
+                kind = (int,)
+            else:
+                kind = (str,)
+            kwargs[name] = self.get(table, path, name, kind)
+            if isinstance(default, float):
+                kwargs[name] = float(raw)
+        try:
+            return cls(**kwargs)
+        except (RegistryError, ValueError, TypeError) as exc:
+            message = str(exc)
+            culprit = next((n for n in kwargs if n in message), None)
+            raise self.fail((*path, culprit) if culprit else path, message) from None
+
+
+_TYPE_NAMES: Final = {
+    str: "a string",
+    int: "an integer",
+    float: "a number",
+    bool: "true or false",
+    list: "an array",
+    dict: "a table",
+}
+
+
+def _type(value: Any) -> str:
+    for kind, name in (
+        (bool, "true/false"),
+        (int, "an integer"),
+        (float, "a number"),
+        (str, "a string"),
+        (list, "an array"),
+        (dict, "a table"),
+    ):
+        if isinstance(value, kind):
+            return name
+    return type(value).__name__
+
+
+def _nonempty(value: str) -> str | None:
+    return None if value.strip() else "must not be empty"
+
+
+def _positive(value: float) -> str | None:
+    return None if value > 0 else "must be positive"
+
+
+def _port(value: int) -> str | None:
+    return None if 0 <= value <= 65535 else "must be a TCP port (0-65535; 0 picks a free one)"
+
+
+def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
+    def check(value: str) -> str | None:
+        return None if value in choices else f"must be one of {', '.join(choices)}"
+
+    return check
+
+
+def _http_url(value: str) -> str | None:
+    return None if re.match(r"^https?://[^\s/]+", value) else "must be an http(s) URL"
+
+
+def _env_name(value: str) -> str | None:
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
+        return None
+    return "must be the name of an environment variable (the credential itself never goes here)"
