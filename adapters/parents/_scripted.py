@@ -1,0 +1,159 @@
+"""The built-in scripted parent: a parent agent with no model, for the embedded defaults and tests.
+
+It follows a small script of steps: say text, think, call `delegate_to_agent` (one call or
+several at once) through the run's real MCP endpoint with the official `mcp` client, and answer
+with what the delegations returned. Every step is published to the run as the parent's own
+events (text, reasoning, tool call start/args/end/result), exactly as a CLI parent's adapter
+would publish them, and each tool call passes its id in `_meta` (`callId`, as Codex does), so the
+delegation's events carry the parent tool-call id (strong correlation).
+
+The model-free parent is what `subagent-engine serve` and `./dev run` use when no model is
+configured, so the whole path (parent -> MCP -> engine -> remote -> journal -> viewers) runs on
+a machine with no API keys.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+import trio
+
+from adapters.mcp import connect
+from engine import Kind, Run
+
+__all__ = ["DEFAULT_SCRIPT", "Answer", "Delegate", "Say", "ScriptedParent", "Think"]
+
+
+@attrs.frozen
+class Say:
+    """Stream one assistant message; `{prompt}` is replaced by the user's prompt."""
+
+    chunks: tuple[str, ...]
+
+
+@attrs.frozen
+class Think:
+    chunks: tuple[str, ...]
+
+
+@attrs.frozen
+class Delegate:
+    """Call `delegate_to_agent` once per argument set, all at once, and wait for every result."""
+
+    calls: tuple[Mapping[str, Any], ...]
+    tool: str = "delegate_to_agent"
+
+
+@attrs.frozen
+class Answer:
+    """The closing message: `intro` then one line per delegation result of the run so far."""
+
+    intro: str = "Here is what the specialists found:"
+
+
+Step = Say | Think | Delegate | Answer
+
+DEFAULT_SCRIPT: tuple[Step, ...] = (
+    Say(("You asked: ", "{prompt}", ". I'll ask two specialists ", "at the same time.")),
+    Think(("Research first, ", "then a review, ", "in parallel.")),
+    Delegate(
+        (
+            {"agent": "research", "objective": "Research: {prompt}"},
+            {"agent": "review", "objective": "Review the plan for: {prompt}"},
+        )
+    ),
+    Answer(),
+)
+
+
+class ScriptedParent:
+    """Runs a script as the parent of one run. `run(run, prompt)` returns when the script ends."""
+
+    def __init__(self, script: Sequence[Step] = DEFAULT_SCRIPT, *, name: str = "scripted") -> None:
+        self.script = tuple(script)
+        self.name = name
+
+    async def run(self, run: Run, prompt: str) -> list[dict[str, Any]]:
+        """Play the script in `run`; returns the structured results of its tool calls."""
+        if run.endpoint is None:
+            raise RuntimeError(
+                "the scripted parent calls delegate_to_agent over MCP: open the run on an Engine "
+                "with an endpoint provider (adapters.mcp.DelegationEndpoint)"
+            )
+        ids = itertools.count(1)
+        results: list[dict[str, Any]] = []
+        async with connect(run.endpoint) as session:
+            for step in self.script:
+                if isinstance(step, Say):
+                    await _message(run, f"msg-{next(ids)}", Kind.PARENT_TEXT_START, step, prompt)
+                elif isinstance(step, Think):
+                    await _message(
+                        run, f"think-{next(ids)}", Kind.PARENT_REASONING_START, step, prompt
+                    )
+                elif isinstance(step, Delegate):
+                    results.extend(await _delegate(run, session, step, prompt, ids))
+                else:
+                    answer = Say((_answer(step, results),))
+                    await _message(run, f"msg-{next(ids)}", Kind.PARENT_TEXT_START, answer, "")
+        return results
+
+
+def _answer(step: Answer, results: Sequence[Mapping[str, Any]]) -> str:
+    lines = [step.intro]
+    for result in results:
+        error = result.get("error") or {}
+        outcome = result.get("summary") or error.get("message", "")
+        lines.append(f"- {result.get('agent')}: {result.get('status')}: {outcome}")
+    return "\n".join(lines)
+
+
+_KINDS = {
+    Kind.PARENT_TEXT_START: (Kind.PARENT_TEXT_DELTA, Kind.PARENT_TEXT_END),
+    Kind.PARENT_REASONING_START: (Kind.PARENT_REASONING_DELTA, Kind.PARENT_REASONING_END),
+}
+
+
+async def _message(run: Run, message_id: str, start: str, step: Say | Think, prompt: str) -> None:
+    delta, end = _KINDS[start]
+    await run.emit(start, message_id=message_id, role="assistant")
+    for chunk in step.chunks:
+        await run.emit(delta, message_id=message_id, delta=chunk.replace("{prompt}", prompt))
+    await run.emit(end, message_id=message_id)
+
+
+def _fill(value: Any, prompt: str) -> Any:
+    if isinstance(value, str):
+        return value.replace("{prompt}", prompt)
+    if isinstance(value, Mapping):
+        return {k: _fill(v, prompt) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_fill(v, prompt) for v in value]
+    return value
+
+
+async def _delegate(
+    run: Run, session: Any, step: Delegate, prompt: str, ids: itertools.count[int]
+) -> list[dict[str, Any]]:
+    calls = [(f"call-{next(ids)}", _fill(arguments, prompt)) for arguments in step.calls]
+    for call_id, arguments in calls:
+        await run.emit(Kind.PARENT_TOOL_CALL_START, tool_call_id=call_id, tool_name=step.tool)
+        await run.emit(Kind.PARENT_TOOL_CALL_ARGS, tool_call_id=call_id, args=arguments)
+        await run.emit(Kind.PARENT_TOOL_CALL_END, tool_call_id=call_id)
+    results: dict[str, dict[str, Any]] = {}
+
+    async def call(call_id: str, arguments: dict[str, Any]) -> None:
+        result = await session.call_tool(step.tool, arguments, meta={"callId": call_id})
+        structured = result.structured_content
+        if not isinstance(structured, dict):
+            text = " ".join(getattr(block, "text", "") for block in result.content)
+            structured = {"status": "failed", "error": {"message": text}}
+        results[call_id] = structured
+        await run.emit(Kind.PARENT_TOOL_CALL_RESULT, tool_call_id=call_id, result=structured)
+
+    async with trio.open_nursery() as nursery:
+        for call_id, arguments in calls:
+            nursery.start_soon(call, call_id, arguments)
+    return [results[call_id] for call_id, _ in calls]
