@@ -1,0 +1,528 @@
+"""The bundled server (`subagent-engine serve`): runs over AG-UI, SSE and WebSocket, on Quart-Trio.
+
+This module owns the HTTP surface and the runs it hosts; it composes the engine, the MCP endpoint,
+a parent agent and the AG-UI output adapter, and holds no protocol rules of its own.
+
+Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stream):
+
+- `POST /agui`: the AG-UI endpoint. Body: a `RunAgentInput`. Answer: `text/event-stream` of that
+  run (the parent's events and every delegation's, one ordered stream), each message with
+  `id: <cursor>`. The run id and its viewer token come back in `X-Run-Id` / `X-Viewer-Token`.
+  Closing this request stops the run (an AG-UI client aborts a run by disconnecting).
+- `POST /runs`: start a run and answer at once with `{run_id, viewer_token, events_url}`; the
+  page uses this, then watches with GET so that a dropped connection is only a reconnect.
+- `GET /runs/<id>/events`: the run's stream after `Last-Event-ID` (or `?after=`), then live. A
+  cursor older than the replay window gets an explicit gap event first. Needs the viewer token
+  (`Authorization: Bearer`, or `?token=` for `EventSource`, which cannot send headers).
+- `GET /runs/<id>/ws`: the same stream over WebSocket (one text frame per event, same cursors).
+- `POST /runs/<id>/stop`: cancel the run; the cascade reaches every remote task.
+- `GET /healthz` (process up), `GET /readyz` (engine and MCP endpoint serving).
+
+Streaming: each viewer reads the run journal from its cursor through its own bounded lanes (a
+slow viewer never slows the run or other viewers), everything ready is written as one body
+write, and a keep-alive comment goes out when the run is idle. CORS is closed unless origins
+are configured.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import secrets
+import uuid
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, Final, Protocol
+
+import attrs
+import trio
+from quart import Response, request, websocket
+from quart_trio import QuartTrio
+
+from engine import CursorError, Engine, JournalEntry, Run, Subscription
+from web.config import HostConfig
+
+__all__ = ["ParentAgent", "RunHost", "StreamEncoder", "create_app"]
+
+log = logging.getLogger(__name__)
+
+#: Hosted runs whose viewer tokens are remembered after the run ended (for late reconnects).
+RETAINED_RUNS: Final = 256
+MAX_PROMPT_CHARS: Final = 64 * 1024
+
+
+class ParentAgent(Protocol):
+    """What drives a run: `adapters.parents.ScriptedParent`, a CLI adapter, ..."""
+
+    async def run(self, run: Run, prompt: str) -> Any: ...
+
+
+class StreamEncoder(Protocol):
+    """Turns one viewer's journal entries into wire bytes (AG-UI SSE, or frames)."""
+
+    def feed(self, entry: JournalEntry) -> bytes: ...
+
+
+EncoderFactory = Callable[[str, str, str], StreamEncoder]  # (thread id, run id, mode)
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+
+
+@attrs.define(eq=False)
+class HostedRun:
+    run_id: str
+    thread_id: str
+    viewer_token: str = attrs.field(repr=False)
+    mode: str
+    run: Run | None = None
+    started: trio.Event = attrs.field(factory=trio.Event)
+    ended: trio.Event = attrs.field(factory=trio.Event)
+    error: str | None = None
+
+
+class RunHost:
+    """The runs this server hosts: starts them (with their parent) in its own nursery, finds
+    them by id and viewer token, stops them."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        nursery: trio.Nursery,
+        parent_factory: Callable[[], ParentAgent],
+        *,
+        visibility: str = "attributed",
+    ) -> None:
+        self.engine = engine
+        self.nursery = nursery
+        self.parent_factory = parent_factory
+        self.visibility = visibility
+        self._runs: OrderedDict[str, HostedRun] = OrderedDict()
+
+    @property
+    def active_runs(self) -> int:
+        return sum(1 for hosted in self._runs.values() if not hosted.ended.is_set())
+
+    async def start(
+        self, prompt: str, *, thread_id: str | None, run_id: str | None, mode: str | None
+    ) -> HostedRun:
+        run_id = run_id or f"run-{uuid.uuid4().hex[:16]}"
+        if run_id in self._runs or self.engine.journal(run_id) is not None:
+            raise HttpError(409, "run_exists", f"A run with id {run_id[:80]!r} already exists.")
+        hosted = HostedRun(
+            run_id=run_id,
+            thread_id=thread_id or f"thread-{uuid.uuid4().hex[:16]}",
+            viewer_token=secrets.token_urlsafe(24),
+            mode=mode or self.visibility,
+        )
+        self._runs[run_id] = hosted
+        while len(self._runs) > RETAINED_RUNS:
+            oldest = next(iter(self._runs.values()))
+            if not oldest.ended.is_set():
+                break
+            self._runs.popitem(last=False)
+        self.nursery.start_soon(self._drive, hosted, prompt, name=f"run {run_id}")
+        await hosted.started.wait()
+        if hosted.run is None:
+            raise HttpError(503, "run_failed", hosted.error or "The run could not be started.")
+        return hosted
+
+    async def _drive(self, hosted: HostedRun, prompt: str) -> None:
+        try:
+            async with self.engine.open_run(
+                run_id=hosted.run_id,
+                thread_id=hosted.thread_id,
+                metadata={"thread_id": hosted.thread_id},
+            ) as run:
+                hosted.run = run
+                hosted.started.set()
+                try:
+                    await self.parent_factory().run(run, prompt)
+                except Exception as exc:
+                    log.warning("run %s: the parent failed: %r", hosted.run_id, exc)
+                    await run.fail(f"The parent agent failed: {type(exc).__name__}: {exc}")
+        except Exception as exc:
+            hosted.error = f"{type(exc).__name__}: {exc}"
+            log.warning("run %s could not run: %s", hosted.run_id, hosted.error)
+        finally:
+            hosted.started.set()
+            hosted.ended.set()
+
+    def find(self, run_id: str, token: str | None) -> HostedRun:
+        hosted = self._runs.get(run_id)
+        expected = hosted.viewer_token if hosted is not None else "x" * 32
+        presented = token or ""
+        if not hmac.compare_digest(presented.encode(), expected.encode()) or hosted is None:
+            raise HttpError(
+                404, "unknown_run", "No such run, or the viewer token is not this run's."
+            )
+        return hosted
+
+    def stop(self, hosted: HostedRun, reason: str) -> None:
+        if hosted.run is not None and not hosted.ended.is_set():
+            hosted.run.cancel(reason)
+
+
+def _token_from_request(headers: Any, args: Any) -> str | None:
+    header = str(headers.get("authorization", ""))
+    if header.lower().startswith("bearer "):
+        return header[7:].strip()
+    token = args.get("token")
+    return str(token) if token is not None else None
+
+
+def _cursor(last_event_id: str | None, after: str | None) -> int | None:
+    raw = last_event_id if last_event_id not in (None, "") else after
+    if raw in (None, ""):
+        return None
+    assert raw is not None
+    if not raw.isdigit() or len(raw) > 18:
+        raise HttpError(400, "bad_cursor", "Last-Event-ID / after must be a cursor (an integer).")
+    return int(raw)
+
+
+async def open_stream(
+    host: RunHost,
+    hosted: HostedRun,
+    after: int | None,
+    encoder: StreamEncoder,
+    *,
+    keepalive: float,
+    keepalive_bytes: bytes = b": keepalive\n\n",
+) -> AsyncIterator[bytes]:
+    """A viewer's byte stream: the journal after `after`, then live, ending after the run's
+    terminal. Checks the cursor before returning (bad cursors are `HttpError`s, answered before
+    any byte is streamed). The encoder first sees the entries up to `after` (their bytes
+    discarded), so a reconnecting viewer's stream continues in the state the old one left."""
+    journal = host.engine.journal(hosted.run_id)
+    if journal is None:
+        raise HttpError(404, "unknown_run", "The run's journal is no longer kept.")
+    if after is not None and after > journal.head:
+        raise HttpError(400, "bad_cursor", f"Cursor {after} is beyond the run's last event.")
+    try:
+        subscription: Subscription = journal.subscribe(after)
+    except CursorError as exc:
+        raise HttpError(400, "bad_cursor", str(exc)) from None
+    if after:
+        for entry in await journal.store.read_after(0, after):
+            encoder.feed(entry)
+    return _stream(subscription, encoder, keepalive, keepalive_bytes)
+
+
+async def _stream(
+    subscription: Subscription, encoder: StreamEncoder, keepalive: float, keepalive_bytes: bytes
+) -> AsyncIterator[bytes]:
+    async with subscription:
+        while True:
+            batch: list[JournalEntry] = []
+            with trio.move_on_after(keepalive):
+                try:
+                    batch = await subscription.receive_batch()
+                except trio.EndOfChannel:
+                    return
+            if not batch:
+                if keepalive_bytes:
+                    yield keepalive_bytes
+                continue
+            chunk = b"".join(encoder.feed(entry) for entry in batch)
+            if chunk:
+                yield chunk
+
+
+def create_app(
+    host: RunHost,
+    config: HostConfig,
+    encoder_factory: EncoderFactory,
+    *,
+    ready: Callable[[], bool] = lambda: True,
+    page: bytes | None = None,
+) -> QuartTrio:
+    """The Quart-Trio application over `host`."""
+    app = QuartTrio("subagent_engine")
+    app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
+    allowed_origins = frozenset(config.server.cors_origins)
+    keepalive = config.server.keepalive_seconds
+
+    def error_response(status: int, error: str, message: str) -> Response:
+        return Response(
+            json.dumps({"error": error, "message": message}),
+            status=status,
+            content_type="application/json",
+        )
+
+    @app.errorhandler(HttpError)
+    async def _http_error(exc: HttpError) -> Response:
+        return error_response(exc.status, exc.error, exc.message)
+
+    @app.errorhandler(413)
+    async def _too_large(_: Any) -> Response:
+        limit = config.server.max_body_bytes
+        return error_response(413, "too_large", f"The request body is over {limit} bytes.")
+
+    @app.errorhandler(404)
+    async def _not_found(_: Any) -> Response:
+        return error_response(404, "not_found", "No such route.")
+
+    @app.errorhandler(405)
+    async def _bad_method(_: Any) -> Response:
+        return error_response(405, "method_not_allowed", "This route does not take that method.")
+
+    @app.after_request
+    async def _cors(response: Response) -> Response:
+        origin = request.headers.get("origin")
+        if origin and origin in allowed_origins:
+            response.headers["access-control-allow-origin"] = origin
+            response.headers["vary"] = "Origin"
+            response.headers["access-control-allow-headers"] = (
+                "authorization, content-type, last-event-id"
+            )
+            response.headers["access-control-allow-methods"] = "GET, POST, OPTIONS"
+            response.headers["access-control-expose-headers"] = "x-run-id, x-viewer-token"
+        return response
+
+    async def read_input() -> tuple[str, str | None, str | None, str | None]:
+        """(prompt, thread id, run id, mode) from a RunAgentInput-shaped JSON body."""
+        body = await request.get_data(cache=False)
+        try:
+            document = json.loads(body or b"null")
+        except ValueError:
+            raise HttpError(400, "bad_json", "The body is not JSON.") from None
+        return _read_run_input(document, request.args.get("mode"))
+
+    def sse_response(hosted: HostedRun, body: AsyncIterator[bytes]) -> Response:
+        response = Response(body, content_type="text/event-stream")
+        response.headers["cache-control"] = "no-cache"
+        response.headers["x-accel-buffering"] = "no"
+        response.headers["x-run-id"] = hosted.run_id
+        response.headers["x-viewer-token"] = hosted.viewer_token
+        response.timeout = None  # a stream lasts as long as its run
+        return response
+
+    @app.post("/agui")
+    async def agui() -> Response:
+        prompt, thread_id, run_id, mode = await read_input()
+        hosted = await host.start(prompt, thread_id=thread_id, run_id=run_id, mode=mode)
+        encoder = encoder_factory(hosted.thread_id, hosted.run_id, hosted.mode)
+
+        stream = await open_stream(host, hosted, None, encoder, keepalive=keepalive)
+
+        async def body() -> AsyncIterator[bytes]:
+            finished = False
+            try:
+                async for chunk in stream:
+                    yield chunk
+                finished = True
+            finally:
+                if not finished:  # the client went away: an AG-UI client's way to stop
+                    host.stop(hosted, "The client closed the run's stream.")
+
+        return sse_response(hosted, body())
+
+    @app.post("/runs")
+    async def start_run() -> Response:
+        prompt, thread_id, run_id, mode = await read_input()
+        hosted = await host.start(prompt, thread_id=thread_id, run_id=run_id, mode=mode)
+        document = {
+            "run_id": hosted.run_id,
+            "thread_id": hosted.thread_id,
+            "viewer_token": hosted.viewer_token,
+            "mode": hosted.mode,
+            "events_url": f"/runs/{hosted.run_id}/events",
+            "websocket_url": f"/runs/{hosted.run_id}/ws",
+        }
+        return Response(json.dumps(document), status=201, content_type="application/json")
+
+    @app.get("/runs/<run_id>/events")
+    async def events(run_id: str) -> Response:
+        hosted = host.find(run_id, _token_from_request(request.headers, request.args))
+        after = _cursor(request.headers.get("last-event-id"), request.args.get("after"))
+        mode = _mode(request.args.get("mode"), hosted.mode)
+        encoder = encoder_factory(hosted.thread_id, hosted.run_id, mode)
+        stream = await open_stream(host, hosted, after, encoder, keepalive=keepalive)
+        return sse_response(hosted, stream)
+
+    @app.post("/runs/<run_id>/stop")
+    async def stop(run_id: str) -> Response:
+        hosted = host.find(run_id, _token_from_request(request.headers, request.args))
+        host.stop(hosted, "Stopped by a viewer.")
+        with trio.move_on_after(30):
+            await hosted.ended.wait()
+        document = {"run_id": run_id, "stopped": hosted.ended.is_set()}
+        return Response(json.dumps(document), content_type="application/json")
+
+    @app.websocket("/runs/<run_id>/ws")
+    async def ws(run_id: str) -> None:
+        try:
+            hosted = host.find(run_id, _token_from_request(websocket.headers, websocket.args))
+            after = _cursor(None, websocket.args.get("after"))
+            mode = _mode(websocket.args.get("mode"), hosted.mode)
+            encoder = encoder_factory(hosted.thread_id, hosted.run_id, mode)
+            stream = await open_stream(
+                host, hosted, after, encoder, keepalive=keepalive, keepalive_bytes=b""
+            )
+        except HttpError as exc:
+            # Refused after the handshake, so the client can read why (browsers hide the
+            # status of a refused handshake); close code 4000 + the HTTP status's last digits.
+            await websocket.accept()
+            await websocket.send(json.dumps({"error": exc.error, "message": exc.message}))
+            await websocket.close(4000 + exc.status % 1000)
+            return
+        await websocket.accept()
+        async for chunk in stream:
+            for frame in _sse_frames(chunk):
+                await websocket.send(frame)
+        await websocket.close(1000)
+
+    @app.get("/healthz")
+    async def healthz() -> Response:
+        return Response(json.dumps({"status": "ok"}), content_type="application/json")
+
+    @app.get("/readyz")
+    async def readyz() -> Response:
+        ok = ready()
+        document = {"status": "ready" if ok else "starting", "active_runs": host.active_runs}
+        return Response(
+            json.dumps(document), status=200 if ok else 503, content_type="application/json"
+        )
+
+    if page is not None:
+
+        @app.get("/")
+        async def index() -> Response:
+            return Response(page, content_type="text/html; charset=utf-8")
+
+    return app
+
+
+VISIBILITY_MODES: Final = ("attributed", "custom", "inline", "hidden")
+
+
+def _mode(value: str | None, default: str) -> str:
+    if value is None:
+        return default
+    if value not in VISIBILITY_MODES:
+        raise HttpError(400, "bad_mode", f"mode must be one of {', '.join(VISIBILITY_MODES)}.")
+    return value
+
+
+def _read_run_input(
+    document: Any, mode: str | None
+) -> tuple[str, str | None, str | None, str | None]:
+    """The parts of an AG-UI `RunAgentInput` the server uses: the last user message as the
+    prompt, `threadId`, `runId`, and the visibility mode (`?mode=` or `forwardedProps.mode`)."""
+    if not isinstance(document, dict):
+        raise HttpError(400, "bad_input", "The body must be a RunAgentInput JSON object.")
+    messages = document.get("messages", [])
+    if not isinstance(messages, list):
+        raise HttpError(400, "bad_input", "messages must be an array.")
+    prompt = ""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, str):
+                prompt = content
+            elif isinstance(content, list):
+                prompt = " ".join(
+                    str(part.get("text", "")) for part in content if isinstance(part, dict)
+                )
+            break
+    if len(prompt) > MAX_PROMPT_CHARS:
+        raise HttpError(400, "bad_input", f"The prompt is over {MAX_PROMPT_CHARS} characters.")
+    ids = []
+    for name in ("threadId", "runId"):
+        value = document.get(name)
+        if value is not None and (
+            not isinstance(value, str) or not value or len(value) > 128 or not value.isprintable()
+        ):
+            raise HttpError(400, "bad_input", f"{name} must be a short printable string.")
+        ids.append(value)
+    props = document.get("forwardedProps")
+    if mode is None and isinstance(props, dict) and isinstance(props.get("mode"), str):
+        mode = props["mode"]
+    if mode is not None:
+        mode = _mode(mode, mode)
+    return prompt, ids[0], ids[1], mode
+
+
+def _sse_frames(chunk: bytes) -> list[str]:
+    """SSE bytes -> one WebSocket text frame per event: `{"id": cursor, "data": <event>}`."""
+    frames = []
+    for block in chunk.split(b"\n\n"):
+        if not block or block.startswith(b":"):
+            continue
+        cursor = None
+        data = []
+        for line in block.split(b"\n"):
+            if line.startswith(b"id: "):
+                cursor = int(line[4:])
+            elif line.startswith(b"data: "):
+                data.append(line[6:])
+        if data:
+            number = "null" if cursor is None else str(cursor)
+            payload = b"\n".join(data).decode()
+            frames.append(f'{{"id":{number},"data":{payload}}}')
+    return frames
+
+
+@asynccontextmanager
+async def open_host(
+    config: HostConfig,
+    agents: list[Any],
+    parent_factory: Callable[[], ParentAgent],
+    *,
+    mcp_settings: Mapping[str, Any] | None = None,
+) -> AsyncIterator[tuple[RunHost, Any]]:
+    """The engine, its MCP endpoint and a `RunHost`, all closed (runs cancelled) on exit."""
+    from adapters.mcp import DelegationEndpoint
+
+    settings = {"shortcuts": config.shortcuts, **(mcp_settings or {})}
+    async with (
+        DelegationEndpoint(**settings).serve() as endpoint,
+        Engine(agents, limits=config.limits, endpoints=endpoint) as engine,
+        trio.open_nursery() as nursery,
+    ):
+        host = RunHost(engine, nursery, parent_factory, visibility=config.server.visibility)
+        try:
+            yield host, endpoint
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+class EngineEventEncoder:
+    """Engine events as they are (`engine.to_json`), one SSE message per journal entry: for
+    tools and tests that want the engine's own envelope rather than AG-UI."""
+
+    def __init__(self, thread_id: str = "", run_id: str = "", mode: str = "") -> None:
+        self.thread_id = thread_id
+
+    def feed(self, entry: JournalEntry) -> bytes:
+        from engine import to_json
+
+        return b"id: %d\ndata: %s\n\n" % (entry.cursor, to_json(entry.event).encode())
+
+
+@asynccontextmanager
+async def serve_app(
+    app: QuartTrio, *, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[str]:
+    """Serve `app` on Hypercorn's Trio worker until the block ends; yields the base URL."""
+    from hypercorn.config import Config as HypercornConfig
+    from hypercorn.trio import serve
+
+    config = HypercornConfig()
+    config.bind = [f"{host}:{port}"]
+    config.accesslog = None
+    config.graceful_timeout = 1.0
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(serve, app, config)
+        try:
+            yield str(binds[0]).rstrip("/")
+        finally:
+            nursery.cancel_scope.cancel()
