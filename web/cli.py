@@ -29,6 +29,15 @@ def _parser() -> argparse.ArgumentParser:
         "--fast", action="store_true", help="no pauses between chunks (for tests and CI)"
     )
 
+    serve = sub.add_parser(
+        "serve", help="serve runs over AG-UI (SSE, WebSocket) with the browser page"
+    )
+    serve.add_argument(
+        "--config", metavar="FILE", help="host configuration (TOML); default: embedded demo"
+    )
+    serve.add_argument("--host", help="address to listen on (default: the config's, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default: the config's, 8080; 0: any)")
+
     bench = sub.add_parser("bench", help="micro-benchmarks, printed beside this machine's limits")
     bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
     journal = bench_sub.add_parser(
@@ -57,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from web.demo import run_demo
 
         return run_demo(as_json=args.json, fast=args.fast)
+    if args.command == "serve":
+        from web.serve import serve_main
+
+        return serve_main(args.config, host=args.host, port=args.port)
     if args.command == "bench" and args.bench == "journal":
         from web.bench import bench_journal
 

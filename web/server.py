@@ -526,3 +526,8 @@ async def serve_app(
             yield str(binds[0]).rstrip("/")
         finally:
             nursery.cancel_scope.cancel()
+
+
+def default_encoder_factory() -> EncoderFactory:
+    """The wire format viewers get by default."""
+    return EngineEventEncoder

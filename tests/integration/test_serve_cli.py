@@ -1,0 +1,81 @@
+"""`subagent-engine serve` as a user runs it: a process on embedded defaults, and bad configs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from web.serve import serve_main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_serve_on_embedded_defaults_answers_and_stops_on_sigint() -> None:
+    with subprocess.Popen(
+        [sys.executable, "-m", "web.cli", "serve", "--port", "0"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        _check_serving(proc)
+
+
+def _check_serving(proc: subprocess.Popen[str]) -> None:
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("subagent-engine serving on http://127.0.0.1:"), line
+        url = line.split()[3]
+        assert "agents: research, review; parent: scripted" in proc.stdout.readline()
+        assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
+        started = httpx.post(
+            f"{url}/runs",
+            json={"messages": [{"id": "1", "role": "user", "content": "hi"}]},
+            timeout=10,
+        )
+        assert started.status_code == 201
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def test_a_bad_config_exits_2_with_file_line_and_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "host.toml"
+    path.write_text('[server]\nvisibility = "loud"\n')
+    assert serve_main(str(path)) == 2
+    assert f"{path}:2: server.visibility: must be one of" in capsys.readouterr().err
+
+
+def test_a_missing_credential_fails_before_listening(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NOPE_TOKEN", raising=False)
+    path = tmp_path / "host.toml"
+    path.write_text(
+        '[[agents]]\nkey = "a"\ncard_url = "http://127.0.0.1:9/c"\n'
+        'auth = { token_env = "NOPE_TOKEN" }\n'
+    )
+    assert serve_main(str(path)) == 2
+    assert "'NOPE_TOKEN' is not set" in capsys.readouterr().err
+
+
+def test_a_cli_parent_is_refused_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "host.toml"
+    path.write_text('[parent]\nkind = "codex"\n')
+    assert serve_main(str(path)) == 2
+    assert "parent.kind: 'codex' parents are not available" in capsys.readouterr().err

@@ -1,0 +1,77 @@
+"""`subagent-engine serve`: the bundled server on the host's configuration or embedded defaults.
+
+This module owns starting the server process: read and validate the TOML configuration (every
+mistake reported with file, line and field before anything listens), build the agents and the
+parent, open the engine with its MCP endpoint, and serve the Quart-Trio app on Hypercorn's Trio
+worker until interrupted. With no file it serves the embedded defaults: the two in-process demo
+agents and the scripted parent, so it runs with no API keys.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import TextIO
+
+import trio
+
+from adapters.parents import ScriptedParent
+from web.config import ConfigError, HostConfig, load_config, parse_config
+from web.demo import demo_agents
+from web.server import create_app, default_encoder_factory, open_host, serve_app
+
+__all__ = ["serve_main"]
+
+
+def _parent_factory(config: HostConfig) -> type[ScriptedParent]:
+    if config.parent.kind != "scripted":
+        raise ConfigError(
+            config.source,
+            None,
+            "parent.kind",
+            f"{config.parent.kind!r} parents are not available in this version; use 'scripted'",
+        )
+    return ScriptedParent
+
+
+async def _serve(config: HostConfig, host: str | None, port: int | None, out: TextIO) -> None:
+    agents = config.agent_specs() if config.agents else demo_agents()
+    parent = _parent_factory(config)
+    async with open_host(config, agents, parent) as (run_host, endpoint):
+        app = create_app(run_host, config, default_encoder_factory(), page=_page())
+        bind_host = host or config.server.host
+        bind_port = config.server.port if port is None else port
+        async with serve_app(app, host=bind_host, port=bind_port) as url:
+            keys = ", ".join(spec.key for spec in agents) or "none"
+            print(f"subagent-engine serving on {url} (config: {config.source})", file=out)
+            print(
+                f"  agents: {keys}; parent: {config.parent.kind}; MCP: {endpoint.base_url}",
+                file=out,
+            )
+            out.flush()
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    print("stopping: cancelling every run", file=out)
+                    return
+
+
+def _page() -> bytes | None:
+    from importlib.resources import files
+
+    try:
+        return files("web").joinpath("static/index.html").read_bytes()
+    except (FileNotFoundError, OSError):
+        return None
+
+
+def serve_main(config_path: str | None, *, host: str | None = None, port: int | None = None) -> int:
+    try:
+        config = load_config(config_path) if config_path else parse_config("", "<embedded>")
+        _parent_factory(config)
+        if config.agents:
+            config.agent_specs()  # credentials are checked before anything listens
+    except ConfigError as exc:
+        print(f"subagent-engine serve: {exc}", file=sys.stderr)
+        return 2
+    trio.run(_serve, config, host, port, sys.stdout)
+    return 0
