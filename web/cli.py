@@ -1,7 +1,8 @@
 """The `subagent-engine` command: one console script, one subcommand per job.
 
 This module only parses arguments and dispatches; each job lives in its own module
-(`web.demo`, `web.bench`). Later issues add `serve`, `a2a-serve` and `soak` here.
+(`web.demo`, `web.bench`, `web.bench_a2a`, `web.bench_mcp`). Later issues add `serve`,
+`a2a-serve` and `soak` here.
 """
 
 from __future__ import annotations
@@ -57,6 +58,13 @@ def _parser() -> argparse.ArgumentParser:
         "--delegations", type=int, default=100, help="concurrent delegations in the cancel cascade"
     )
     a2a.add_argument("--repeat", type=int, default=3, help="runs per figure")
+    mcp = bench_sub.add_parser(
+        "mcp",
+        help="MCP delegate_to_agent round trip vs a bare mcp server; many runs calling at once",
+    )
+    mcp.add_argument("--calls", type=int, default=200, help="sequential calls per round-trip run")
+    mcp.add_argument("--runs", type=int, default=300, help="runs open and calling at once")
+    mcp.add_argument("--repeat", type=int, default=1, help="runs per figure")
     return parser
 
 
@@ -79,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from web.bench_a2a import bench_a2a
 
         return bench_a2a(events=args.events, delegations=args.delegations, repeat=args.repeat)
+    if args.command == "bench" and args.bench == "mcp":
+        from web.bench_mcp import bench_mcp
+
+        return bench_mcp(calls=args.calls, runs=args.runs, repeat=args.repeat)
     raise AssertionError(f"unhandled command {args.command!r}")
 
 

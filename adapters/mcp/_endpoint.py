@@ -108,6 +108,10 @@ class EndpointSettings:
     max_body_bytes: int = attrs.field(default=DEFAULT_MAX_BODY_BYTES, validator=_positive)
     #: How long listing tools may wait for an agent's card (for its description and skills).
     describe_timeout: float = attrs.field(default=2.0, validator=_positive)
+    #: Pending connections the listener queues. Hypercorn's default (100) is too small for
+    #: hundreds of runs whose parents call at once: the official mcp client opens a new
+    #: connection for every tools/call, and a burst beyond the backlog is reset.
+    backlog: int = attrs.field(default=1024, validator=_positive)
 
     @correlation.validator
     def _check_correlation(self, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -183,6 +187,7 @@ class DelegationEndpoint:
         config.accesslog = None
         config.errorlog = logging.getLogger("hypercorn.error")
         config.graceful_timeout = 1.0
+        config.backlog = settings.backlog
         async with manager.run(), trio.open_nursery() as nursery:
             self._manager = manager
             binds = await nursery.start(hypercorn_serve, self._asgi, config)
