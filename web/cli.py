@@ -1,8 +1,8 @@
 """The `subagent-engine` command: one console script, one subcommand per job.
 
 This module only parses arguments and dispatches; each job lives in its own module
-(`web.demo`, `web.bench`, `web.bench_a2a`, `web.bench_mcp`). Later issues add `serve`,
-`a2a-serve` and `soak` here.
+(`web.demo`, `web.serve`, `web.check_stream`, `web.bench`, `web.bench_a2a`, `web.bench_mcp`).
+Later issues add `a2a-serve` and `soak` here.
 """
 
 from __future__ import annotations
@@ -38,6 +38,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (default: the config's, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default: the config's, 8080; 0: any)")
+
+    check = sub.add_parser(
+        "check-stream",
+        help="check a captured AG-UI SSE stream against the AG-UI verifier rules",
+    )
+    check.add_argument("file", metavar="FILE", help="the captured stream, or - for stdin")
 
     bench = sub.add_parser("bench", help="micro-benchmarks, printed beside this machine's limits")
     bench_sub = bench.add_subparsers(dest="bench", required=True, metavar="BENCH")
@@ -78,6 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from web.serve import serve_main
 
         return serve_main(args.config, host=args.host, port=args.port)
+    if args.command == "check-stream":
+        from web.check_stream import check_stream_main
+
+        return check_stream_main(args.file)
     if args.command == "bench" and args.bench == "journal":
         from web.bench import bench_journal
 

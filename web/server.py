@@ -6,7 +6,8 @@ a parent agent and the AG-UI output adapter, and holds no protocol rules of its 
 Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stream):
 
 - `POST /agui`: the AG-UI endpoint. Body: a `RunAgentInput`. Answer: `text/event-stream` of that
-  run (the parent's events and every delegation's, one ordered stream), each message with
+  run (the parent's events and every delegation's, one ordered stream, AG-UI 1.0 events from
+  `adapters.agui` in the run's visibility mode), the last event of each journal entry with
   `id: <cursor>`. The run id and its viewer token come back in `X-Run-Id` / `X-Viewer-Token`.
   Closing this request stops the run (an AG-UI client aborts a run by disconnecting).
 - `POST /runs`: start a run and answer at once with `{run_id, viewer_token, events_url}`; the
@@ -15,6 +16,8 @@ Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stre
   cursor older than the replay window gets an explicit gap event first. Needs the viewer token
   (`Authorization: Bearer`, or `?token=` for `EventSource`, which cannot send headers).
 - `GET /runs/<id>/ws`: the same stream over WebSocket (one text frame per event, same cursors).
+- Every stream takes `?mode=` (attributed, custom, inline, hidden) and `?format=engine` for the
+  engine's own envelope (`EngineEventEncoder`) instead of AG-UI.
 - `POST /runs/<id>/stop`: cancel the run; the cascade reaches every remote task.
 - `GET /healthz` (process up), `GET /readyz` (engine and MCP endpoint serving).
 
@@ -212,6 +215,8 @@ async def open_stream(
         raise HttpError(400, "bad_cursor", str(exc)) from None
     if after:
         for entry in await journal.store.read_after(0, after):
+            if entry.cursor > after:  # gap markers stand for many cursors: stop at the cut
+                break
             encoder.feed(entry)
     return _stream(subscription, encoder, keepalive, keepalive_bytes)
 
@@ -308,8 +313,9 @@ def create_app(
     @app.post("/agui")
     async def agui() -> Response:
         prompt, thread_id, run_id, mode = await read_input()
+        wire_format = _format(request.args.get("format"))  # refused before the run starts
         hosted = await host.start(prompt, thread_id=thread_id, run_id=run_id, mode=mode)
-        encoder = encoder_factory(hosted.thread_id, hosted.run_id, hosted.mode)
+        encoder = _encoder(encoder_factory, hosted, hosted.mode, wire_format)
 
         stream = await open_stream(host, hosted, None, encoder, keepalive=keepalive)
 
@@ -344,7 +350,7 @@ def create_app(
         hosted = host.find(run_id, _token_from_request(request.headers, request.args))
         after = _cursor(request.headers.get("last-event-id"), request.args.get("after"))
         mode = _mode(request.args.get("mode"), hosted.mode)
-        encoder = encoder_factory(hosted.thread_id, hosted.run_id, mode)
+        encoder = _encoder(encoder_factory, hosted, mode, request.args.get("format"))
         stream = await open_stream(host, hosted, after, encoder, keepalive=keepalive)
         return sse_response(hosted, stream)
 
@@ -363,7 +369,7 @@ def create_app(
             hosted = host.find(run_id, _token_from_request(websocket.headers, websocket.args))
             after = _cursor(None, websocket.args.get("after"))
             mode = _mode(websocket.args.get("mode"), hosted.mode)
-            encoder = encoder_factory(hosted.thread_id, hosted.run_id, mode)
+            encoder = _encoder(encoder_factory, hosted, mode, websocket.args.get("format"))
             stream = await open_stream(
                 host, hosted, after, encoder, keepalive=keepalive, keepalive_bytes=b""
             )
@@ -402,6 +408,24 @@ def create_app(
 
 
 VISIBILITY_MODES: Final = ("attributed", "custom", "inline", "hidden")
+#: Wire formats a viewer may ask for with `?format=`: AG-UI (default) or the engine's envelope.
+FORMATS: Final = ("agui", "engine")
+
+
+def _format(value: str | None) -> str:
+    if value is None:
+        return FORMATS[0]
+    if value not in FORMATS:
+        raise HttpError(400, "bad_format", f"format must be one of {', '.join(FORMATS)}.")
+    return value
+
+
+def _encoder(
+    factory: EncoderFactory, hosted: HostedRun, mode: str, wire_format: str | None
+) -> StreamEncoder:
+    if _format(wire_format) == "engine":
+        return EngineEventEncoder(hosted.thread_id, hosted.run_id, mode)
+    return factory(hosted.thread_id, hosted.run_id, mode)
 
 
 def _mode(value: str | None, default: str) -> str:
@@ -529,5 +553,7 @@ async def serve_app(
 
 
 def default_encoder_factory() -> EncoderFactory:
-    """The wire format viewers get by default."""
-    return EngineEventEncoder
+    """The wire format viewers get by default: AG-UI events in the run's visibility mode."""
+    from adapters.agui import AguiStreamEncoder
+
+    return AguiStreamEncoder

@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from adapters.agui import check_frames, parse_sse
 from web.serve import serve_main
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,6 +43,15 @@ def _check_serving(proc: subprocess.Popen[str]) -> None:
             timeout=10,
         )
         assert started.status_code == 201
+        # The default wire format is AG-UI: the whole run, valid, with its two subagents.
+        run = started.json()
+        events = httpx.get(f"{url}{run['events_url']}?token={run['viewer_token']}", timeout=30)
+        assert events.headers["content-type"].startswith("text/event-stream")
+        frames = parse_sse(events.content)
+        assert check_frames(frames) == []
+        kinds = [event["type"] for _, event in frames]
+        assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"
+        assert kinds.count("SUBAGENT_STARTED") == 2
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
     finally:

@@ -1,9 +1,9 @@
 """The bundled server on a real Hypercorn listener: runs, streams, reconnects, stops, refusals.
 
 The parent is the scripted parent delegating over the real MCP endpoint to in-process agents;
-viewers are httpx (SSE) and trio-websocket clients on 127.0.0.1. Streams here use the engine's
-own envelope (`EngineEventEncoder`) so assertions read engine kinds; the AG-UI output has its
-own tests.
+viewers are httpx (SSE) and trio-websocket clients on 127.0.0.1. Streams are the server's default
+wire format, AG-UI (`adapters.agui`), and every captured stream goes through the AG-UI checker;
+`?format=engine` (the engine's own envelope) has one test of its own.
 """
 
 from __future__ import annotations
@@ -18,12 +18,13 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
+from adapters.agui import check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
-from engine import VOLATILE, AgentSpec, Kind, lane_of
+from engine import AgentSpec, Kind
 from web.config import parse_config
 from web.demo import demo_agents
-from web.server import EngineEventEncoder, create_app, open_host, serve_app
+from web.server import create_app, default_encoder_factory, open_host, serve_app
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
@@ -47,34 +48,39 @@ async def server(
 ) -> AsyncIterator[tuple[str, Any]]:
     config = parse_config(config_text, "test.toml")
     async with open_host(config, agents or demo_agents(pause=0), ScriptedParent) as (host, _):
-        app = create_app(host, config, EngineEventEncoder, **app_options)
+        app = create_app(host, config, default_encoder_factory(), **app_options)
         async with serve_app(app) as base_url:
             yield base_url, host
 
 
-def parse_sse(text: str) -> list[tuple[int | None, dict[str, Any]]]:
-    messages = []
-    for block in text.split("\n\n"):
-        cursor = None
-        data = None
-        for line in block.split("\n"):
-            if line.startswith("id: "):
-                cursor = int(line[4:])
-            elif line.startswith("data: "):
-                data = json.loads(line[6:])
-        if data is not None:
-            messages.append((cursor, data))
-    return messages
+Frames = list[tuple[int | None, dict[str, Any]]]
 
 
 async def read_stream(
-    http: httpx.AsyncClient, url: str, *, headers: dict[str, str] | None = None
-) -> list[tuple[int | None, dict[str, Any]]]:
+    http: httpx.AsyncClient, url: str, *, headers: dict[str, str] | None = None, whole: bool = True
+) -> Frames:
+    """A viewer's stream, read to its end; a `whole` stream (from the first event) must pass
+    the AG-UI checker."""
     async with http.stream("GET", url, headers=headers) as response:
         assert response.status_code == 200, await response.aread()
         assert response.headers["content-type"].startswith("text/event-stream")
         body = b"".join([chunk async for chunk in response.aiter_bytes()])
-    return parse_sse(body.decode())
+    frames = parse_sse(body)
+    if whole:
+        assert_valid(frames)
+    return frames
+
+
+def assert_valid(frames: Frames) -> None:
+    violations = check_frames(frames)
+    assert not violations, "\n".join(str(v) for v in violations)
+    ids = [cursor for cursor, _ in frames if cursor is not None]
+    assert ids == sorted(set(ids)), ids  # strictly increasing
+    assert frames[-1][0] is not None  # the terminal carries its cursor
+
+
+def types(frames: Frames) -> list[str]:
+    return [event["type"] for _, event in frames]
 
 
 async def test_agui_post_streams_the_whole_run_in_order() -> None:
@@ -87,13 +93,45 @@ async def test_agui_post_streams_the_whole_run_in_order() -> None:
         assert response.headers["x-run-id"].startswith("run-")
         assert response.headers["x-viewer-token"]
         body = b"".join([chunk async for chunk in response.aiter_bytes()])
-    messages = parse_sse(body.decode())
-    kinds = [data["kind"] for _, data in messages]
-    assert kinds[0] == Kind.RUN_STARTED and kinds[-1] == Kind.RUN_FINISHED
-    cursors = [cursor for cursor, _ in messages]
-    assert cursors == sorted(set(cursors))  # strictly increasing, each message has its id
-    assert kinds.count(Kind.STARTED) == 2 and kinds.count(Kind.FINISHED) == 2
-    assert kinds.index(Kind.PARENT_TOOL_CALL_START) < kinds.index(Kind.STARTED)
+    messages = parse_sse(body)
+    assert_valid(messages)
+    kinds = types(messages)
+    assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"
+    assert kinds.count("RUN_FINISHED") == 1
+    assert kinds.count("SUBAGENT_STARTED") == 2 and kinds.count("SUBAGENT_FINISHED") == 2
+    assert kinds.index("TOOL_CALL_START") < kinds.index("SUBAGENT_STARTED")
+    events = [event for _, event in messages]
+    parent_calls = {e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_START"} - {
+        e["toolCallId"] for e in events if e["type"] == "TOOL_CALL_START" and "subagentRunId" in e
+    }
+    for i, started in enumerate(events):
+        if started["type"] != "SUBAGENT_STARTED":
+            continue
+        call = started["parentToolCallId"]
+        assert call in parent_calls
+        # Agents as tools: the call ends, then the subagent runs and ends, then the result.
+        end = next(j for j, e in enumerate(events) if e == {"type": "TOOL_CALL_END", **_id(call)})
+        finished = next(
+            j
+            for j, e in enumerate(events)
+            if e["type"] == "SUBAGENT_FINISHED"
+            and e["subagentRunId"] == started["subagentRunId"]
+            and e["outcome"] == {"type": "success"}
+        )
+        result = next(
+            j
+            for j, e in enumerate(events)
+            if e["type"] == "TOOL_CALL_RESULT" and e["toolCallId"] == call
+        )
+        assert end < i < finished < result
+        assert json.loads(events[result]["content"])["status"] == "completed"
+    parent_text = "".join(t for (sub, _), t in texts(messages).items() if sub is None)
+    assert "You asked: How does Trio stream events?" in parent_text
+    assert "- research: completed: Trio nurseries" in parent_text
+
+
+def _id(call: str) -> dict[str, str]:
+    return {"toolCallId": call}
 
 
 async def test_start_then_watch_and_reconnect_without_loss_or_duplicates() -> None:
@@ -103,35 +141,45 @@ async def test_start_then_watch_and_reconnect_without_loss_or_duplicates() -> No
         auth = {"authorization": f"Bearer {started['viewer_token']}"}
         whole = await read_stream(http, url, headers=auth)
         # A viewer that saw the first third reconnects with Last-Event-ID.
-        cut = whole[len(whole) // 3][0]
+        at = next(i for i, (c, _) in enumerate(whole) if i >= len(whole) // 3 and c is not None)
+        cut = whole[at][0]
         assert cut is not None
-        rest = await read_stream(http, url, headers={**auth, "last-event-id": str(cut)})
-        again = await read_stream(http, f"{url}?after={cut}&token={started['viewer_token']}")
-    tail = [(c, d) for c, d in whole if c is not None and c > cut]
+        headers = {**auth, "last-event-id": str(cut)}
+        rest = await read_stream(http, url, headers=headers, whole=False)
+        again = await read_stream(
+            http, f"{url}?after={cut}&token={started['viewer_token']}", whole=False
+        )
+    tail = whole[at + 1 :]
     assert rest == again
-    cursors = [c for c, _ in rest]
+    cursors = [c for c, _ in rest if c is not None]
     assert cursors == sorted(set(cursors)) and cursors[0] > cut
+    # What the viewer saw before the cut plus what it got after is a valid stream on its own.
+    assert_valid(whole[: at + 1] + rest)
     # A catching-up reader may get adjacent deltas merged; nothing else differs, no text is
     # lost and nothing is repeated.
     assert not_deltas(rest) == not_deltas(tail)
     assert texts(rest) == texts(tail)
-    assert [d["kind"] for _, d in rest].count(Kind.RUN_FINISHED) == 1
+    assert types(rest).count("RUN_FINISHED") == 1
 
 
-def is_delta(kind: str) -> bool:
-    return lane_of(kind) == VOLATILE
+DELTAS = {"TEXT_MESSAGE_CONTENT", "REASONING_MESSAGE_CONTENT", "TOOL_CALL_ARGS"}
 
 
-def not_deltas(messages: list[tuple[int | None, dict[str, Any]]]) -> list[tuple[Any, ...]]:
-    return [(c, d["kind"]) for c, d in messages if not is_delta(d["kind"])]
+def not_deltas(messages: Frames) -> list[tuple[Any, ...]]:
+    """Every event but text and argument deltas, by type and the ids it names."""
+    keys = ("messageId", "toolCallId", "subagentRunId", "name")
+    return [
+        (c, d["type"], *(d.get(k) for k in keys)) for c, d in messages if d["type"] not in DELTAS
+    ]
 
 
-def texts(messages: list[tuple[int | None, dict[str, Any]]]) -> dict[tuple[Any, Any], str]:
+def texts(messages: Frames) -> dict[tuple[Any, Any], str]:
+    """Reassembled text per (subagent, message or tool call)."""
     out: dict[tuple[Any, Any], str] = {}
     for _, data in messages:
-        if is_delta(data["kind"]):
-            key = (data.get("delegation_id"), data.get("message_id") or data.get("tool_call_id"))
-            out[key] = out.get(key, "") + str(data.get("delta") or data.get("args") or "")
+        if data["type"] in DELTAS:
+            key = (data.get("subagentRunId"), data.get("messageId") or data.get("toolCallId"))
+            out[key] = out.get(key, "") + data["delta"]
     return out
 
 
@@ -147,7 +195,7 @@ async def test_websocket_carries_the_same_stream() -> None:
             while True:
                 frame = json.loads(await ws.get_message())
                 frames.append(frame)
-                if frame["data"]["kind"] == Kind.RUN_FINISHED:
+                if frame["data"]["type"] == "RUN_FINISHED":
                     break
             # After the terminal the server closes the socket normally.
             with pytest.raises(ConnectionClosed) as closed:
@@ -157,6 +205,7 @@ async def test_websocket_carries_the_same_stream() -> None:
             # close (its reader loop just ends; shown with trio-websocket alone on both sides).
             await ws._stream.aclose()
     received = [(f["id"], f["data"]) for f in frames]
+    assert_valid(received)
     assert not_deltas(received) == not_deltas(sse)
     assert texts(received) == texts(sse)
 
@@ -187,9 +236,14 @@ async def test_stop_cancels_the_run_and_its_delegations() -> None:
         events = await read_stream(
             http, f"{base}{started['events_url']}", headers={"authorization": f"Bearer {token}"}
         )
-    kinds = [d["kind"] for _, d in events]
-    assert kinds.count(Kind.CANCELLED) == 2
-    assert kinds[-1] == Kind.RUN_CANCELLED
+    errors = [d for _, d in events if d["type"] == "SUBAGENT_ERROR"]
+    assert [e["code"] for e in errors] == ["cancelled", "cancelled"]
+    assert {e["subagentRunId"] for e in errors} == {
+        d["subagentRunId"] for _, d in events if d["type"] == "SUBAGENT_STARTED"
+    }
+    assert events[-1][1]["type"] == "RUN_FINISHED"
+    assert events[-1][1]["outcome"] == {"type": "cancelled"}
+    assert types(events).count("RUN_FINISHED") == 1
     assert host.active_runs == 0
 
 
@@ -212,7 +266,8 @@ async def test_closing_the_agui_post_stream_cancels_the_run() -> None:
         events = await read_stream(
             http, f"{base}/runs/{run_id}/events", headers={"authorization": f"Bearer {token}"}
         )
-    assert [d["kind"] for _, d in events][-1] == Kind.RUN_CANCELLED
+    assert events[-1][1]["type"] == "RUN_FINISHED"
+    assert events[-1][1]["outcome"] == {"type": "cancelled"}
     assert host.active_runs == 0
 
 
@@ -280,3 +335,48 @@ async def test_cors_is_closed_by_default() -> None:
     async with server() as (base, _), httpx.AsyncClient(timeout=30) as http:
         response = await http.get(f"{base}/healthz", headers={"origin": "http://app.test"})
         assert "access-control-allow-origin" not in response.headers
+
+
+async def test_every_visibility_mode_streams_a_valid_agui_run() -> None:
+    async with server() as (base, _), httpx.AsyncClient(timeout=30) as http:
+        started = (await http.post(f"{base}/runs", json=RUN_INPUT)).json()
+        url = f"{base}{started['events_url']}?token={started['viewer_token']}"
+        streams = {
+            mode: await read_stream(http, f"{url}&mode={mode}")
+            for mode in ("attributed", "custom", "inline", "hidden")
+        }
+    subagent_types = {"SUBAGENT_STARTED", "SUBAGENT_FINISHED", "SUBAGENT_ERROR"}
+    custom_names = [d["name"] for _, d in streams["custom"] if d["type"] == "CUSTOM"]
+    assert custom_names.count("subagent.started") == 2
+    assert custom_names.count("subagent.finished") == 2
+    for mode in ("custom", "inline", "hidden"):
+        events = [d for _, d in streams[mode]]
+        assert not subagent_types & {d["type"] for d in events}, mode
+        assert all("subagentRunId" not in d for d in events), mode
+    # Inline: the subagents' text arrives as the parent's; hidden: only the parent's own.
+    inline_text = "".join(texts(streams["inline"]).values())
+    hidden_text = "".join(texts(streams["hidden"]).values())
+    assert "Trio nurseries give structured cancellation" in inline_text
+    assert "The design is sound" in inline_text
+    assert "The design is sound" not in hidden_text
+    assert "You asked: How does Trio stream events?" in hidden_text
+    # The parent's calls and their results are in every mode.
+    for mode, frames in streams.items():
+        assert types(frames).count("TOOL_CALL_RESULT") >= 2, mode
+
+
+async def test_format_engine_streams_the_engines_own_envelope() -> None:
+    async with server() as (base, _), httpx.AsyncClient(timeout=30) as http:
+        started = (await http.post(f"{base}/runs", json=RUN_INPUT)).json()
+        url = f"{base}{started['events_url']}?token={started['viewer_token']}"
+        async with http.stream("GET", f"{url}&format=engine") as response:
+            body = b"".join([chunk async for chunk in response.aiter_bytes()])
+        refused = await http.get(f"{url}&format=xml")
+        refused_post = await http.post(f"{base}/agui?format=xml", json=RUN_INPUT)
+    frames = parse_sse(body)
+    kinds = [d["kind"] for _, d in frames]
+    assert kinds[0] == Kind.RUN_STARTED and kinds[-1] == Kind.RUN_FINISHED
+    assert kinds.count(Kind.STARTED) == 2
+    assert all(cursor is not None for cursor, _ in frames)  # one message per journal entry
+    assert refused.status_code == 400 and refused.json()["error"] == "bad_format"
+    assert refused_post.status_code == 400 and refused_post.json()["error"] == "bad_format"

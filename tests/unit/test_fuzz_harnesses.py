@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+import fuzz.fuzz_agui_stream
 import fuzz.fuzz_mcp_call
 import fuzz.fuzz_tool_input
 import fuzz.fuzz_wire
@@ -122,6 +123,57 @@ def test_mcp_call_harness_fails_when_a_malformed_id_is_trusted(
     monkeypatch.setattr(fuzz.fuzz_mcp_call, "_expected_tool_call_id", lambda meta: None)
     with pytest.raises(AssertionError, match="tool-call id 'toolu_01'"):
         fuzz.fuzz_mcp_call.fuzz_one_input(fuzz.fuzz_mcp_call.SEEDS[1])
+
+
+def test_agui_stream_harness_fails_when_the_encoder_leaves_things_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from adapters.agui._encoder import AguiStreamEncoder
+
+    monkeypatch.setattr(AguiStreamEncoder, "_close_entities", lambda self, did, out: None)
+    # Parent text opened and never closed, then the run terminal.
+    with pytest.raises(AssertionError, match="open_at_finish"):
+        fuzz.fuzz_agui_stream.fuzz_one_input(bytes([0, 0, 1, 0]))
+
+
+def test_agui_stream_harness_fails_when_the_encoder_is_not_deterministic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import itertools
+
+    from adapters.agui import _encoder
+
+    counter = itertools.count()
+    real = _encoder.frame_events
+    monkeypatch.setattr(
+        _encoder,
+        "frame_events",
+        lambda events, cursor: real(events, cursor) + b": %d\n\n" % next(counter),
+    )
+    with pytest.raises(AssertionError, match="second pass wrote other bytes"):
+        fuzz.fuzz_agui_stream.fuzz_one_input(bytes([0, 0, 1, 0, 2, 0]))
+
+
+def test_agui_stream_harness_fails_on_an_untyped_reader_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def explode(text: bytes) -> Any:
+        raise IndexError("a planted bug")
+
+    monkeypatch.setattr(fuzz.fuzz_agui_stream, "parse_sse", explode)
+    with pytest.raises(IndexError):
+        fuzz.fuzz_agui_stream.fuzz_one_input(b"data: {}\n\n")
+
+
+def test_agui_stream_harness_fails_when_framing_and_reading_disagree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = fuzz.fuzz_agui_stream.frame_events
+    monkeypatch.setattr(
+        fuzz.fuzz_agui_stream, "frame_events", lambda events, cursor: real(events, None)
+    )
+    with pytest.raises(AssertionError, match="round trip changed the events"):
+        fuzz.fuzz_agui_stream.fuzz_one_input(fuzz.fuzz_agui_stream.SEEDS[0])
 
 
 # Regression seeds: found by `python -m fuzz` in engine/_wire.py (non-finite numbers were read

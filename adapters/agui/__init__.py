@@ -1,0 +1,25 @@
+"""The AG-UI output adapter: engine journal entries as an AG-UI 1.0 event stream, and its checker.
+
+`AguiStreamEncoder(thread_id, run_id, mode)` turns one viewer's journal entries into AG-UI SSE
+bytes in one of four visibility modes (`attributed`, `custom`, `inline`, `hidden`);
+`parse_sse` reads captured SSE back into events and `check_events` / `check_frames` hold them
+to the AG-UI verifier rules (`Rule`, `Violation`). Everything here is sans-IO: the server
+(`web.server`) and the `check-stream` command do the I/O.
+"""
+
+from adapters.agui._checker import Rule, StreamChecker, Violation, check_events, check_frames
+from adapters.agui._encoder import MODES, AguiStreamEncoder, frame_events
+from adapters.agui._sse import SseError, parse_sse
+
+__all__ = [
+    "MODES",
+    "AguiStreamEncoder",
+    "Rule",
+    "SseError",
+    "StreamChecker",
+    "Violation",
+    "check_events",
+    "check_frames",
+    "frame_events",
+    "parse_sse",
+]

@@ -1,0 +1,795 @@
+"""Where engine journal entries become an AG-UI event stream, in one of four visibility modes.
+
+`AguiStreamEncoder` owns the translation of one viewer's journal entries (parent payloads and
+every delegation's events, in cursor order) into AG-UI 1.0 events and their SSE framing. It is
+sans-IO: it never awaits, reads no clock and keeps no global state, so the same entries always
+give the same bytes, and a viewer that reconnects (the server replays the entries up to its
+cursor into a fresh encoder and discards their bytes) continues exactly where the old stream was.
+It must not decide anything about the run itself: ordering, terminals and gaps are the journal's.
+
+Events are built as plain dicts with the exact camelCase wire names of `ag-ui-protocol` 1.0.0,
+whose pydantic models (`ag_ui.core`) do have SUBAGENT_STARTED / SUBAGENT_FINISHED /
+SUBAGENT_ERROR and the optional `subagentRunId` on every attributable event; the tests validate
+every emitted event against those models. Dicts rather than models because the encoder is on the
+hot path of every viewer (`json.dumps` of a dict is ~2.5x an `EventEncoder.encode`). Optional
+fields without a value are left out: nothing on the wire is `null`.
+
+Modes (002, 000 §10, §18):
+
+- `attributed` (default): SUBAGENT_STARTED (name, parentToolCallId, parentMessageId,
+  parentSubagentRunId for a delegation spawned by another subagent's tool call, metadata with the
+  agent key, protocol and remote ids), `subagentRunId` (the delegation id) on every event a
+  subagent produced, SUBAGENT_FINISHED (`result`: the summary, `outcome`: success) or
+  SUBAGENT_ERROR (failed, cancelled: `code` is the engine's error code). A subagent's text,
+  reasoning and tool calls are native AG-UI events; its statuses, artifacts, input requests,
+  drop markers and custom payloads are CUSTOM events named after the engine kind. An input
+  request is a CUSTOM `subagent.input_required` naming the interrupt
+  `<delegation id>-input-<sequence>`; the subagent stays open while the host waits for the
+  answer, and a delegation that ends waiting (status `input_required`) ends with
+  SUBAGENT_FINISHED and a `suspended` outcome naming that interrupt. A subagent id is never
+  announced twice in one run: @ag-ui/client 1.0.0 refuses that, 002's continuation (the same id
+  again) is for the run that resumes it.
+- `custom`: the parent's events as AG-UI events; every delegation event is a CUSTOM event named
+  `subagent.*` whose value carries 000 §10's fields (runId, parentToolCallId, delegationId,
+  agentKey, agentName, remoteTaskId, remoteContextId, messageId, delta) plus the event's own
+  (status, text, artifact, error, toolCallId, ...), camelCase.
+- `inline`: the pre-subagent shape. A subagent's text, reasoning and tool calls arrive as the
+  parent's (no `subagentRunId`, no lifecycle); its custom payloads are kept untagged; statuses,
+  artifacts, input requests, drop markers and lifecycle are dropped.
+- `hidden`: only the parent's own events; everything a delegation produced is dropped.
+
+Ordering guarantees, whatever the entries: the first event is RUN_STARTED (synthesized if
+needed); the parent's tool call that spawned a subagent is closed (TOOL_CALL_END) before the
+subagent is announced, and that call's TOOL_CALL_RESULT is held back until every subagent it
+spawned has ended or suspended (agents as tools, 002); a delegation event without a visible start
+gets a synthesized one; content for a message or tool call that was never opened opens it; a run
+terminal first closes every open subagent (SUBAGENT_ERROR / `subagent.cancelled`, code
+`run_closed`), releases held results, and closes every open text message, reasoning message and
+tool call; exactly one RUN_FINISHED (success, or `outcome: cancelled`) or RUN_ERROR, and nothing
+after it. Subagent message and tool-call ids are prefixed with the delegation id unless they
+already start with it, so two remotes that both say `msg-1` never collide.
+
+Odd input never raises (unless `strict=True`, for tests): events after the terminal, after their
+delegation's terminal, duplicates and closes of unknown ids are dropped and counted in `dropped`
+by reason; unknown kinds become CUSTOM events named after the kind.
+
+SSE framing: `data: <json>` per event, LF only; the last event produced from an entry carries
+`id: <cursor>` (only when the cursor is above the last id written, so ids strictly increase).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from typing import Any, Final
+
+import attrs
+from ag_ui.core import EventType
+
+from engine import DelegationError, DelegationEvent, ErrorCode, JournalEntry, Kind, to_jsonable
+
+__all__ = ["AguiStreamEncoder", "MODES", "frame_events"]
+
+#: The visibility modes, default first.
+MODES: Final = ("attributed", "custom", "inline", "hidden")
+
+_TEXT_ROLES: Final = frozenset({"developer", "system", "assistant", "user"})
+
+_RUN_STARTED: Final = EventType.RUN_STARTED.value
+_RUN_FINISHED: Final = EventType.RUN_FINISHED.value
+_RUN_ERROR: Final = EventType.RUN_ERROR.value
+_TEXT_START: Final = EventType.TEXT_MESSAGE_START.value
+_TEXT_CONTENT: Final = EventType.TEXT_MESSAGE_CONTENT.value
+_TEXT_END: Final = EventType.TEXT_MESSAGE_END.value
+_REASONING_START: Final = EventType.REASONING_START.value
+_REASONING_MESSAGE_START: Final = EventType.REASONING_MESSAGE_START.value
+_REASONING_MESSAGE_CONTENT: Final = EventType.REASONING_MESSAGE_CONTENT.value
+_REASONING_MESSAGE_END: Final = EventType.REASONING_MESSAGE_END.value
+_REASONING_END: Final = EventType.REASONING_END.value
+_TOOL_START: Final = EventType.TOOL_CALL_START.value
+_TOOL_ARGS: Final = EventType.TOOL_CALL_ARGS.value
+_TOOL_END: Final = EventType.TOOL_CALL_END.value
+_TOOL_RESULT: Final = EventType.TOOL_CALL_RESULT.value
+_CUSTOM: Final = EventType.CUSTOM.value
+_SUBAGENT_STARTED: Final = EventType.SUBAGENT_STARTED.value
+_SUBAGENT_FINISHED: Final = EventType.SUBAGENT_FINISHED.value
+_SUBAGENT_ERROR: Final = EventType.SUBAGENT_ERROR.value
+
+# Engine kinds grouped by the entity they act on: (parent kind, subagent kind) -> action.
+_TEXT: Final = {
+    Kind.PARENT_TEXT_START: "start",
+    Kind.PARENT_TEXT_DELTA: "delta",
+    Kind.PARENT_TEXT_END: "end",
+    Kind.TEXT_START: "start",
+    Kind.TEXT_DELTA: "delta",
+    Kind.TEXT_END: "end",
+}
+_REASONING: Final = {
+    Kind.PARENT_REASONING_START: "start",
+    Kind.PARENT_REASONING_DELTA: "delta",
+    Kind.PARENT_REASONING_END: "end",
+    Kind.REASONING_START: "start",
+    Kind.REASONING_DELTA: "delta",
+    Kind.REASONING_END: "end",
+}
+_TOOL: Final = {
+    Kind.PARENT_TOOL_CALL_START: "start",
+    Kind.PARENT_TOOL_CALL_ARGS: "args",
+    Kind.PARENT_TOOL_CALL_END: "end",
+    Kind.PARENT_TOOL_CALL_RESULT: "result",
+    Kind.TOOL_CALL_START: "start",
+    Kind.TOOL_CALL_ARGS: "args",
+    Kind.TOOL_CALL_END: "end",
+    Kind.TOOL_CALL_RESULT: "result",
+}
+
+_OPEN: Final = "open"
+_CLOSED: Final = "closed"
+
+
+@attrs.define
+class _Entity:
+    """A text message, reasoning message or tool call the consumer has seen opened."""
+
+    tag: str | None  # the subagentRunId it carries on the wire (None: untagged)
+    delegation: str | None  # the delegation that produced it, even when untagged (inline)
+    open: bool = True
+    name: str = ""
+    parent_message_id: str | None = None
+    result_sent: bool = False
+
+
+@attrs.define
+class _Delegation:
+    id: str
+    state: str
+    parent_tool_call_id: str | None
+    parent_subagent: str | None
+    identity: DelegationEvent  # its first event: the identity a synthesized terminal copies
+    interrupt: str | None = None  # the input request it is waiting on, if any
+
+
+class AguiStreamEncoder:
+    """One viewer's AG-UI stream: `feed(entry)` returns the SSE bytes of that journal entry.
+
+    `translate(entry)` returns the AG-UI events (dicts) without framing. Create one per viewer
+    (`AguiStreamEncoder(thread_id, run_id, mode)` matches the server's `EncoderFactory`).
+    """
+
+    def __init__(
+        self,
+        thread_id: str = "",
+        run_id: str = "",
+        mode: str = "attributed",
+        *,
+        strict: bool = False,
+    ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
+        self.thread_id = thread_id
+        self.run_id = run_id
+        self.mode = mode
+        self.strict = strict
+        #: Engine events left out, by reason (`hidden`, `after_terminal`, `duplicate_start`...).
+        self.dropped: Counter[str] = Counter()
+        self._last_id = 0
+        self._started = False
+        self._ended = False
+        self._texts: dict[str, _Entity] = {}  # open text messages by wire id
+        self._reasoning: dict[str, _Entity] = {}  # open reasoning messages by wire id
+        self._calls: dict[str, _Entity] = {}  # every tool call seen, by wire id
+        self._delegations: dict[str, _Delegation] = {}
+        self._held: list[tuple[str, dict[str, Any]]] = []  # (tool call id, TOOL_CALL_RESULT)
+
+    # -- the StreamEncoder protocol --------------------------------------------------------
+
+    def feed(self, entry: JournalEntry) -> bytes:
+        events = self.translate(entry)
+        if not events:
+            return b""
+        cursor = entry.cursor
+        if isinstance(cursor, int) and cursor > self._last_id:
+            self._last_id = cursor
+            return frame_events(events, cursor)
+        return frame_events(events, None)
+
+    def translate(self, entry: JournalEntry) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        try:
+            self._translate(entry.event, out)
+        except Exception:
+            if self.strict:
+                raise
+            self.dropped["encoder_error"] += 1
+        return out
+
+    @property
+    def ended(self) -> bool:
+        """True once the run's terminal event was produced."""
+        return self._ended
+
+    # -- dispatch ----------------------------------------------------------------------------
+
+    def _translate(self, event: DelegationEvent, out: list[dict[str, Any]]) -> None:
+        kind = event.kind
+        if self._ended:
+            self.dropped["after_terminal"] += 1
+            return
+        if not self._started:
+            self._started = True
+            out.append(
+                {
+                    "type": _RUN_STARTED,
+                    "threadId": self.thread_id or self.run_id or event.run_id,
+                    "runId": self.run_id or event.run_id,
+                }
+            )
+            if kind == Kind.RUN_STARTED:
+                return
+        elif kind == Kind.RUN_STARTED:
+            self.dropped["duplicate_run_started"] += 1
+            return
+        if kind in Kind.RUN_TERMINALS:
+            self._terminal(event, out)
+        elif event.delegation_id:
+            self._subagent_event(event.delegation_id, event, out)
+        else:
+            self._parent_event(event, out)
+
+    def _parent_event(self, event: DelegationEvent, out: list[dict[str, Any]]) -> None:
+        kind = event.kind
+        if kind in _TEXT:
+            self._text(_TEXT[kind], event, _parent_id(event.message_id, "message"), None, out)
+        elif kind in _REASONING:
+            self._reason(
+                _REASONING[kind], event, _parent_id(event.message_id, "reasoning"), None, out
+            )
+        elif kind in _TOOL:
+            self._tool(_TOOL[kind], event, _parent_id(event.tool_call_id, "tool-call"), None, out)
+        elif kind == Kind.PARENT_CUSTOM:
+            out.append({"type": _CUSTOM, "name": event.name or kind, "value": _custom_value(event)})
+        else:  # gap and drop markers, and kinds this version does not know
+            out.append({"type": _CUSTOM, "name": kind, "value": self._payload(event)})
+
+    # -- subagents ---------------------------------------------------------------------------
+
+    def _subagent_event(self, did: str, event: DelegationEvent, out: list[dict[str, Any]]) -> None:
+        kind = event.kind
+        delegation = self._delegations.get(did)
+        if delegation is not None and delegation.state == _CLOSED:
+            self.dropped["after_subagent_terminal"] += 1
+            return
+        if delegation is None:
+            delegation = self._open_delegation(did, event, out)
+            if kind == Kind.STARTED:
+                return
+        elif kind == Kind.STARTED:
+            self.dropped["duplicate_start"] += 1
+            return
+        mode = self.mode
+        if kind in Kind.DELEGATION_TERMINALS:
+            self._close_delegation(delegation, event, out)
+        elif mode == "hidden":
+            self.dropped["hidden"] += 1
+        elif mode == "custom":
+            out.append(self._custom_event(event))
+        elif kind in _TEXT or kind in _REASONING or kind in _TOOL:
+            tag = did if mode == "attributed" else None
+            if kind in _TEXT:
+                self._text(_TEXT[kind], event, _sub_id(did, event.message_id, "message"), tag, out)
+            elif kind in _REASONING:
+                wire_id = _sub_id(did, event.message_id, "reasoning")
+                self._reason(_REASONING[kind], event, wire_id, tag, out)
+            else:
+                wire_id = _sub_id(did, event.tool_call_id, "tool-call")
+                self._tool(_TOOL[kind], event, wire_id, tag, out)
+        elif kind == Kind.INPUT_REQUIRED:
+            delegation.interrupt = _interrupt_id(did, event)
+            if mode == "attributed":
+                out.append(self._custom_event(event, tag=did))
+            else:
+                self.dropped["inline_lifecycle"] += 1
+        elif kind == Kind.CUSTOM:
+            name = event.name or kind
+            if mode == "attributed":
+                event_out = {"type": _CUSTOM, "name": name, "value": _custom_value(event)}
+                out.append(_tagged(event_out, did))
+            elif name.startswith("subagent."):
+                self.dropped["inline_reserved_name"] += 1
+            else:
+                out.append({"type": _CUSTOM, "name": name, "value": _custom_value(event)})
+        elif mode == "attributed":
+            out.append(self._custom_event(event, tag=did))
+        else:
+            self.dropped["inline_lifecycle"] += 1
+
+    def _open_delegation(
+        self, did: str, event: DelegationEvent, out: list[dict[str, Any]]
+    ) -> _Delegation:
+        call_id = event.parent_tool_call_id
+        parent_subagent = None
+        call = self._calls.get(call_id) if call_id else None
+        if call is not None and call.delegation is not None:
+            owner = self._delegations.get(call.delegation)
+            if owner is not None and owner.state == _OPEN:
+                parent_subagent = owner.id
+        delegation = _Delegation(did, _OPEN, call_id, parent_subagent, event)
+        self._delegations[did] = delegation
+        if call is not None and call.open:
+            # Agents as tools (002): the consumer sees the call close, then the subagent.
+            call.open = False
+            out.append(_tagged({"type": _TOOL_END, "toolCallId": call_id}, call.tag))
+        if self.mode == "attributed":
+            self._announce(delegation, event, out)
+        elif self.mode == "custom":
+            start = event if event.kind == Kind.STARTED else _synthesized_start(event)
+            out.append(self._custom_event(start))
+        return delegation
+
+    def _announce(
+        self, delegation: _Delegation, event: DelegationEvent, out: list[dict[str, Any]]
+    ) -> None:
+        announce: dict[str, Any] = {
+            "type": _SUBAGENT_STARTED,
+            "subagentRunId": delegation.id,
+            "name": event.agent_name or event.agent_key or "subagent",
+        }
+        extra = event.extra or {}
+        if isinstance(extra.get("description"), str):
+            announce["description"] = extra["description"]
+        if delegation.parent_subagent is not None:
+            announce["parentSubagentRunId"] = delegation.parent_subagent
+        if delegation.parent_tool_call_id:
+            announce["parentToolCallId"] = delegation.parent_tool_call_id
+            call = self._calls.get(delegation.parent_tool_call_id)
+            if call is not None and call.parent_message_id:
+                announce["parentMessageId"] = call.parent_message_id
+        metadata = _drop_none(
+            {
+                "agentKey": event.agent_key,
+                "protocol": event.protocol,
+                "remoteTaskId": event.remote_task_id,
+                "remoteContextId": event.remote_context_id,
+            }
+        )
+        if metadata:
+            announce["metadata"] = metadata
+        out.append(announce)
+
+    def _close_delegation(
+        self, delegation: _Delegation, event: DelegationEvent, out: list[dict[str, Any]]
+    ) -> None:
+        self._close_entities(delegation.id, out)
+        delegation.state = _CLOSED
+        if self.mode == "attributed":
+            if event.kind == Kind.FINISHED and event.status == "input_required":
+                interrupt = delegation.interrupt or _interrupt_id(delegation.id, event)
+                outcome = {"type": "suspended", "interruptIds": [interrupt]}
+                finished: dict[str, Any] = {"type": _SUBAGENT_FINISHED}
+                finished["subagentRunId"] = delegation.id
+                finished["outcome"] = outcome
+                out.append(finished)
+            elif event.kind == Kind.FINISHED:
+                finished = {"type": _SUBAGENT_FINISHED, "subagentRunId": delegation.id}
+                if event.text:
+                    finished["result"] = event.text
+                finished["outcome"] = {"type": "success"}
+                out.append(finished)
+            else:
+                error = event.error
+                message = (error.message if error else None) or event.text
+                code = error.code if error else None
+                if code is None and event.kind == Kind.CANCELLED:
+                    code = "cancelled"
+                failed = {
+                    "type": _SUBAGENT_ERROR,
+                    "subagentRunId": delegation.id,
+                    "message": message or f"The subagent ended: {event.kind}.",
+                }
+                if code:
+                    failed["code"] = code
+                out.append(failed)
+        elif self.mode == "custom":
+            out.append(self._custom_event(event))
+        self._release(out)
+
+    def _close_entities(self, did: str | None, out: list[dict[str, Any]]) -> None:
+        """Close what `did` (None: everything) left open, in the order it was opened."""
+        for wire_id, entity in list(self._texts.items()):
+            if did is None or entity.delegation == did:
+                del self._texts[wire_id]
+                out.append(_tagged({"type": _TEXT_END, "messageId": wire_id}, entity.tag))
+        for wire_id, entity in list(self._reasoning.items()):
+            if did is None or entity.delegation == did:
+                del self._reasoning[wire_id]
+                end = {"type": _REASONING_MESSAGE_END, "messageId": wire_id}
+                out.append(_tagged(end, entity.tag))
+                out.append(_tagged({"type": _REASONING_END, "messageId": wire_id}, entity.tag))
+        for wire_id, entity in self._calls.items():
+            if entity.open and (did is None or entity.delegation == did):
+                entity.open = False
+                out.append(_tagged({"type": _TOOL_END, "toolCallId": wire_id}, entity.tag))
+
+    def _blocked(self, call_id: str) -> bool:
+        return any(
+            d.state == _OPEN and d.parent_tool_call_id == call_id
+            for d in self._delegations.values()
+        )
+
+    def _release(self, out: list[dict[str, Any]]) -> None:
+        if not self._held:
+            return
+        still: list[tuple[str, dict[str, Any]]] = []
+        for call_id, result in self._held:
+            owner = self._delegations.get(result.get("subagentRunId", ""))
+            if owner is not None and owner.state == _CLOSED:
+                # A subagent's call answered while a subagent it spawned still ran, and the
+                # caller has ended since: its tag would name a closed subagent.
+                self.dropped["result_of_ended_subagent"] += 1
+            elif self._blocked(call_id):
+                still.append((call_id, result))
+            else:
+                out.append(result)
+        self._held = still
+
+    # -- run terminal ------------------------------------------------------------------------
+
+    def _terminal(self, event: DelegationEvent, out: list[dict[str, Any]]) -> None:
+        for delegation in reversed(list(self._delegations.values())):
+            if delegation.state == _OPEN:
+                closing = delegation.identity.derived(
+                    Kind.CANCELLED,
+                    synthesized=True,
+                    status="cancelled",
+                    error=DelegationError(
+                        code=ErrorCode.RUN_CLOSED,
+                        message="The run ended before this subagent reported an outcome.",
+                    ),
+                )
+                self._close_delegation(delegation, closing, out)
+        self._release(out)  # nothing blocks any more: every subagent has ended
+        self._close_entities(None, out)
+        self._ended = True
+        run_id = self.run_id or event.run_id
+        thread_id = self.thread_id or run_id
+        if event.kind == Kind.RUN_FAILED:
+            error = event.error
+            message = event.text or (error.message if error else None) or "The run failed."
+            failed: dict[str, Any] = {"type": _RUN_ERROR, "message": message}
+            if error is not None and error.code:
+                failed["code"] = error.code
+            out.append(failed)
+            return
+        finished: dict[str, Any] = {"type": _RUN_FINISHED, "threadId": thread_id, "runId": run_id}
+        if event.kind == Kind.RUN_CANCELLED:
+            finished["outcome"] = {"type": "cancelled"}
+            if event.text:
+                finished["metadata"] = {"reason": event.text}
+        elif event.text:
+            finished["result"] = event.text
+        out.append(finished)
+
+    # -- entities ----------------------------------------------------------------------------
+
+    def _text(
+        self,
+        action: str,
+        event: DelegationEvent,
+        wire_id: str,
+        tag: str | None,
+        out: list[dict[str, Any]],
+    ) -> None:
+        delegation = event.delegation_id or None
+        if action == "start":
+            if wire_id in self._texts:
+                self.dropped["duplicate_start"] += 1
+                return
+            role = event.role if event.role in _TEXT_ROLES else "assistant"
+            self._open_text(wire_id, tag, delegation, role, out)
+        elif action == "delta":
+            delta = _text_of(event)
+            if not delta:
+                self.dropped["empty_delta"] += 1
+                return
+            if wire_id not in self._texts:
+                self._open_text(wire_id, tag, delegation, "assistant", out)
+            content = {"type": _TEXT_CONTENT, "messageId": wire_id, "delta": delta}
+            out.append(_tagged(content, tag))
+        elif wire_id in self._texts:
+            del self._texts[wire_id]
+            out.append(_tagged({"type": _TEXT_END, "messageId": wire_id}, tag))
+        else:
+            self.dropped["end_of_unknown"] += 1
+
+    def _open_text(
+        self,
+        wire_id: str,
+        tag: str | None,
+        delegation: str | None,
+        role: str,
+        out: list[dict[str, Any]],
+    ) -> None:
+        self._texts[wire_id] = _Entity(tag, delegation)
+        out.append(_tagged({"type": _TEXT_START, "messageId": wire_id, "role": role}, tag))
+
+    def _reason(
+        self,
+        action: str,
+        event: DelegationEvent,
+        wire_id: str,
+        tag: str | None,
+        out: list[dict[str, Any]],
+    ) -> None:
+        delegation = event.delegation_id or None
+        if action == "start":
+            if wire_id in self._reasoning:
+                self.dropped["duplicate_start"] += 1
+                return
+            self._open_reasoning(wire_id, tag, delegation, out)
+        elif action == "delta":
+            delta = _text_of(event)
+            if not delta:
+                self.dropped["empty_delta"] += 1
+                return
+            if wire_id not in self._reasoning:
+                self._open_reasoning(wire_id, tag, delegation, out)
+            content = {"type": _REASONING_MESSAGE_CONTENT, "messageId": wire_id, "delta": delta}
+            out.append(_tagged(content, tag))
+        elif wire_id in self._reasoning:
+            del self._reasoning[wire_id]
+            out.append(_tagged({"type": _REASONING_MESSAGE_END, "messageId": wire_id}, tag))
+            out.append(_tagged({"type": _REASONING_END, "messageId": wire_id}, tag))
+        else:
+            self.dropped["end_of_unknown"] += 1
+
+    def _open_reasoning(
+        self, wire_id: str, tag: str | None, delegation: str | None, out: list[dict[str, Any]]
+    ) -> None:
+        self._reasoning[wire_id] = _Entity(tag, delegation)
+        out.append(_tagged({"type": _REASONING_START, "messageId": wire_id}, tag))
+        start = {"type": _REASONING_MESSAGE_START, "messageId": wire_id, "role": "reasoning"}
+        out.append(_tagged(start, tag))
+
+    def _tool(
+        self,
+        action: str,
+        event: DelegationEvent,
+        wire_id: str,
+        tag: str | None,
+        out: list[dict[str, Any]],
+    ) -> None:
+        delegation = event.delegation_id or None
+        call = self._calls.get(wire_id)
+        if action == "start":
+            if call is not None:
+                self.dropped["duplicate_start"] += 1
+                return
+            self._open_call(wire_id, event, tag, delegation, out)
+        elif action == "args":
+            delta = _args_delta(event)
+            if call is None:
+                call = self._open_call(wire_id, event, tag, delegation, out)
+            if not call.open:
+                self.dropped["args_after_end"] += 1
+            elif delta:
+                args = {"type": _TOOL_ARGS, "toolCallId": wire_id, "delta": delta}
+                out.append(_tagged(args, call.tag))
+            else:
+                self.dropped["empty_delta"] += 1
+        elif action == "end":
+            if call is not None and call.open:
+                call.open = False
+                out.append(_tagged({"type": _TOOL_END, "toolCallId": wire_id}, call.tag))
+            else:
+                self.dropped["end_of_unknown"] += 1
+        else:
+            if call is None:
+                call = self._open_call(wire_id, event, tag, delegation, out)
+            if call.result_sent:
+                self.dropped["duplicate_result"] += 1
+                return
+            if call.open:
+                call.open = False
+                out.append(_tagged({"type": _TOOL_END, "toolCallId": wire_id}, call.tag))
+            call.result_sent = True
+            result: dict[str, Any] = {
+                "type": _TOOL_RESULT,
+                "messageId": f"{wire_id}-result",
+                "toolCallId": wire_id,
+                "content": _content(event),
+                "role": "tool",
+            }
+            result = _tagged(result, call.tag)
+            if self._blocked(wire_id):
+                self._held.append((wire_id, result))  # after the subagents it spawned end
+            else:
+                out.append(result)
+
+    def _open_call(
+        self,
+        wire_id: str,
+        event: DelegationEvent,
+        tag: str | None,
+        delegation: str | None,
+        out: list[dict[str, Any]],
+    ) -> _Entity:
+        name = event.tool_name or "unknown"
+        parent_message = event.message_id if not event.delegation_id else None
+        call = _Entity(tag, delegation, name=name, parent_message_id=parent_message)
+        self._calls[wire_id] = call
+        start: dict[str, Any] = {"type": _TOOL_START, "toolCallId": wire_id, "toolCallName": name}
+        if parent_message:
+            start["parentMessageId"] = parent_message
+        out.append(_tagged(start, tag))
+        return call
+
+    # -- CUSTOM payloads (000 §10) -----------------------------------------------------------
+
+    def _custom_event(
+        self, event: DelegationEvent, *, tag: str | None = None, interrupt_id: str | None = None
+    ) -> dict[str, Any]:
+        kind = event.kind
+        name = kind if kind.startswith("subagent.") else f"subagent.{kind}"
+        value = self._payload(event)
+        if interrupt_id is None and kind == Kind.INPUT_REQUIRED and event.delegation_id:
+            interrupt_id = _interrupt_id(event.delegation_id, event)
+        if interrupt_id is not None:
+            value["interruptId"] = interrupt_id
+        return _tagged({"type": _CUSTOM, "name": name, "value": value}, tag)
+
+    def _payload(self, event: DelegationEvent) -> dict[str, Any]:
+        """000 §10's value fields first, then the event's own, camelCase, no nulls."""
+        value = _drop_none(
+            {
+                "runId": event.run_id or self.run_id,
+                "parentToolCallId": event.parent_tool_call_id,
+                "delegationId": event.delegation_id,
+                "agentKey": event.agent_key,
+                "agentName": event.agent_name,
+                "protocol": event.protocol,
+                "remoteTaskId": event.remote_task_id,
+                "remoteContextId": event.remote_context_id,
+                "remoteMessageId": event.remote_message_id,
+                "remoteArtifactId": event.remote_artifact_id,
+                "remoteToolCallId": event.remote_tool_call_id,
+                "cardFingerprint": event.card_fingerprint,
+                "messageId": event.message_id,
+                "toolCallId": event.tool_call_id,
+                "toolName": event.tool_name,
+                "name": event.name,
+                "role": event.role,
+                "delta": event.delta,
+                "text": event.text,
+                "status": event.status,
+                "args": event.args,
+                "result": event.result,
+            }
+        )
+        if event.artifact is not None:
+            value["artifact"] = _camel(to_jsonable(event.artifact))
+        if event.error is not None:
+            value["error"] = _camel(to_jsonable(event.error))
+        if event.dropped is not None:
+            value["dropped"] = _camel(to_jsonable(event.dropped))
+        if event.kind == Kind.CUSTOM:
+            value["value"] = _custom_value(event)
+        if event.synthesized:
+            value["synthesized"] = True
+        return value
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+
+def _tagged(event: dict[str, Any], tag: str | None) -> dict[str, Any]:
+    if tag is not None:
+        event["subagentRunId"] = tag
+    return event
+
+
+def _drop_none(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _camel(document: Any) -> Any:
+    """Top-level snake_case keys of an engine model's JSON -> camelCase (payloads untouched)."""
+    if not isinstance(document, dict):
+        return document
+    out = {}
+    for key, value in document.items():
+        head, *rest = str(key).split("_")
+        out[head + "".join(part[:1].upper() + part[1:] for part in rest)] = value
+    return out
+
+
+def _parent_id(value: str | None, fallback: str) -> str:
+    return value if isinstance(value, str) and value else fallback
+
+
+def _sub_id(did: str, value: str | None, fallback: str) -> str:
+    """A subagent's message or tool-call id, made unique across delegations."""
+    if not isinstance(value, str) or not value:
+        return f"{did}:{fallback}"
+    return value if value.startswith(did) else f"{did}:{value}"
+
+
+def _interrupt_id(did: str, event: DelegationEvent) -> str:
+    return f"{did}-input-{event.sequence}"
+
+
+def _text_of(event: DelegationEvent) -> str:
+    delta = event.delta if event.delta is not None else event.text
+    return delta if isinstance(delta, str) else ""
+
+
+def _args_delta(event: DelegationEvent) -> str:
+    if isinstance(event.delta, str) and event.delta:
+        return event.delta
+    args = event.args
+    if args is None:
+        return ""
+    return args if isinstance(args, str) else _dumps(args)
+
+
+def _content(event: DelegationEvent) -> str:
+    result = event.result if event.result is not None else event.text
+    if result is None:
+        return ""
+    return result if isinstance(result, str) else _dumps(result)
+
+
+def _custom_value(event: DelegationEvent) -> Any:
+    raw = event.raw
+    if isinstance(raw, dict) and "value" in raw:
+        value = raw["value"]
+    elif raw is not None:
+        value = raw
+    else:
+        value = event.args if event.args is not None else event.text
+    return {} if value is None else value
+
+
+def _synthesized_start(event: DelegationEvent) -> DelegationEvent:
+    return event.derived(Kind.STARTED, synthesized=True)
+
+
+# -- JSON and SSE ----------------------------------------------------------------------------
+
+
+def _dumps(value: Any) -> str:
+    """Compact standard JSON (no NaN/Infinity); anything JSON cannot carry becomes a string."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return json.dumps(_plain(value, 0), separators=(",", ":"), ensure_ascii=False)
+
+
+def _plain(value: Any, depth: int) -> Any:
+    if depth > 64:
+        return "…"
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {str(key): _plain(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(item, depth + 1) for item in value]
+    return str(value)
+
+
+def _encode(event: dict[str, Any]) -> bytes:
+    text = _dumps(event)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escape it, as JSON allows
+        return json.dumps(json.loads(text), separators=(",", ":")).encode("ascii")
+
+
+def frame_events(events: list[dict[str, Any]], cursor: int | None) -> bytes:
+    """SSE bytes for events produced from one entry: `id: cursor` on the last one (if given)."""
+    parts = [b"data: " + _encode(event) + b"\n\n" for event in events]
+    if cursor is not None and parts:
+        parts[-1] = b"id: %d\n%s" % (cursor, parts[-1])
+    return b"".join(parts)
