@@ -71,6 +71,17 @@ def _parser() -> argparse.ArgumentParser:
     mcp.add_argument("--calls", type=int, default=200, help="sequential calls per round-trip run")
     mcp.add_argument("--runs", type=int, default=300, help="runs open and calling at once")
     mcp.add_argument("--repeat", type=int, default=1, help="runs per figure")
+    sse = bench_sub.add_parser(
+        "sse",
+        help="one SSE viewer's events/s vs a raw ASGI app; latency under load; a slow viewer",
+    )
+    sse.add_argument("--events", type=int, default=100_000, help="events in the throughput run")
+    sse.add_argument(
+        "--delegations", type=int, default=100, help="concurrent delegations for latency"
+    )
+    sse.add_argument("--rate", type=float, default=5_000, help="text deltas/s, all delegations")
+    sse.add_argument("--seconds", type=float, default=3.0, help="how long the delegations stream")
+    sse.add_argument("--repeat", type=int, default=3, help="throughput runs (median kept)")
     return parser
 
 
@@ -101,6 +112,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         from web.bench_mcp import bench_mcp
 
         return bench_mcp(calls=args.calls, runs=args.runs, repeat=args.repeat)
+    if args.command == "bench" and args.bench == "sse":
+        from web.bench_sse import bench_sse
+
+        return bench_sse(
+            events=args.events,
+            delegations=args.delegations,
+            rate=args.rate,
+            seconds=args.seconds,
+            repeat=args.repeat,
+        )
     raise AssertionError(f"unhandled command {args.command!r}")
 
 
