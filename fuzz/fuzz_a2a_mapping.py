@@ -139,8 +139,13 @@ DICTIONARY: list[bytes] = [
 
 
 def fuzz_one_input(data: bytes) -> None:
-    _run(_json_items(data))
-    _run(_binary_items(data))
+    for items in (_json_items(data), _binary_items(data)):
+        # Holding streamed text back (as a streaming session does) merges deltas, never changes
+        # the text the remote sent.
+        plain = _run(items, hold_text=False)
+        held = _run(items, hold_text=True)
+        if held != plain:
+            raise AssertionError(f"holding text changed it: {held!r} != {plain!r}")
 
 
 def _json_items(data: bytes) -> list[StreamResponse]:
@@ -172,24 +177,34 @@ def _binary_items(data: bytes) -> list[StreamResponse]:
     return items
 
 
-def _run(items: list[StreamResponse]) -> None:
-    mapper = A2AEventMapper()
+def _run(items: list[StreamResponse], *, hold_text: bool) -> dict[str, str]:
+    """Feed `items`; the text each message received (released text included)."""
+    mapper = A2AEventMapper(hold_text=hold_text)
     state = DelegationState(_IDENTITY, DelegationPolicy(), clock=lambda: 0.0)
+    texts: dict[str, str] = {}
+
+    def take(updates: list[TargetUpdate]) -> None:
+        for update in updates:
+            _check(mapper, update)
+            state.feed(update)
+            if update.kind == Kind.TEXT_DELTA and update.message_id and update.delta:
+                texts[update.message_id] = texts.get(update.message_id, "") + update.delta
+
     for item in items:
         for call in (mapper.feed, mapper.from_send_response):
             updates = _call(call, item)
             if updates is None:
                 continue
-            for update in updates:
-                _check(mapper, update)
-                state.feed(update)
+            take(updates)
             again = _call(call, item)
             if again:
                 raise AssertionError(f"an item fed twice in a row was not ignored: {again!r}")
         if item.WhichOneof("payload") == "task":
-            for update in _call(mapper.snapshot, item.task) or []:
-                _check(mapper, update)
-                state.feed(update)
+            take(_call(mapper.snapshot, item.task) or [])
+    take(mapper.release())
+    if mapper.holding:
+        raise AssertionError("text is still held after release()")
+    return texts
 
 
 def _call(call: Any, item: Any) -> list[TargetUpdate] | None:

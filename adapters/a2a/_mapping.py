@@ -29,6 +29,16 @@ transition, not a duplicate); an appended artifact chunk is only a duplicate of 
 before it, because the same text chunk twice ("\\n", "\\n") is ordinary streamed content.
 After an answer to an input request, `resume()` forgets the last status so that the same
 question asked again is heard again.
+
+Holding text (`hold_text=True`, for a caller that can release it later). A streamed text chunk
+of an artifact already open, that is not its last, yields nothing: its text is held, and joined
+with the chunks of the same artifact that follow into one delta, given out by `release()` or in
+front of the updates of the next item that yields any (a status, another artifact's text, the
+last chunk, a snapshot). Text is only ever merged, never reordered, dropped or invented: an item
+that yields updates leaves nothing held, so held text is always older than anything the caller
+has not emitted yet. The caller must `release()` before it stops feeding (the stream's end, an
+error, a cancel); `adapters.a2a._target` releases when its stream waits for the network, which
+coalesces what one read of the wire carried, as the engine's lanes would under back-pressure.
 """
 
 from __future__ import annotations
@@ -172,8 +182,14 @@ class A2AEventMapper:
         text_artifact_names: Iterable[str] = DEFAULT_TEXT_ARTIFACT_NAMES,
         card_fingerprint: str | None = None,
         streaming: bool = True,
+        hold_text: bool = False,
     ) -> None:
         self.text_artifact_names = frozenset(text_artifact_names)
+        #: Hold streamed text back until `release()` or the next item that yields updates
+        #: (see the module docstring). The caller that sets it must call `release()`.
+        self.hold_text = hold_text
+        self._held: list[str] = []
+        self._held_artifact = ""
         #: False for an agent that is polled: its assistant output arrives whole in snapshots,
         #: and turning it into text deltas would invent streaming (000 §19 scenario 2). It is
         #: then an artifact reference, and its text the summary when the remote gives none.
@@ -195,7 +211,8 @@ class A2AEventMapper:
         self._status_seen: tuple[str, str | None] | None = None
         self._status_time: tuple[int, int] | None = None
         self._recent = _RecentKeys(DEDUPE_WINDOW)
-        self._previous: bytes | None = None
+        #: The last appended item: (its parts' texts, the item, its bytes once computed).
+        self._previous: tuple[list[str], StreamResponse, bytes | None] | None = None
         self._artifacts: OrderedDict[str, _ArtifactProgress] = OrderedDict()
         self._messages = _RecentKeys(TRACKED_MESSAGES)
         self._anonymous_messages = 0
@@ -207,19 +224,23 @@ class A2AEventMapper:
         if not isinstance(response, StreamResponse):
             raise _malformed(f"expected a StreamResponse, got {type(response).__name__}")
         which = response.WhichOneof("payload")
-        if which is None:
+        if which == "artifact_update":
+            event = response.artifact_update
+            if event.append:
+                return self._appended(response, event)
+        elif which is None:
             raise _malformed("a stream item has no payload (task, message or update)")
-        if which not in ("task", "message", "status_update", "artifact_update"):
+        elif which not in ("task", "message", "status_update"):
             raise _malformed(f"a stream item has an unknown payload {which!r}")
         task_id = _task_id_of(response, which)
         if self._foreign(task_id):
             return []
         key = hashlib.blake2b(response.SerializeToString(deterministic=True), digest_size=16)
         digest = key.digest()
-        appended = which == "artifact_update" and response.artifact_update.append
-        repeated = digest == self._previous if appended else digest in self._recent
-        self._previous = digest
-        if repeated:
+        # Only an appended item is compared with the one before it, and no other item is
+        # byte-equal to an appended one.
+        self._previous = None
+        if digest in self._recent:
             self.ignored_duplicates += 1
             return []
         if which == "task":
@@ -230,10 +251,9 @@ class A2AEventMapper:
             out = self._status_update(response.status_update)
         else:
             out = self._artifact_update(response.artifact_update)
-        if not appended:
-            # After the mapping: a state change clears the window, then this item joins it.
-            self._recent.add(digest)
-        return out
+        # After the mapping: a state change clears the window, then this item joins it.
+        self._recent.add(digest)
+        return self._after_held(out)
 
     def snapshot(self, task: Task) -> list[TargetUpdate]:
         """Updates for a `Task` read with `GetTask` (or first sent by `SubscribeToTask`).
@@ -247,7 +267,7 @@ class A2AEventMapper:
             raise _malformed(f"expected a Task, got {type(task).__name__}")
         if self._foreign(task.id):
             return []
-        return self._task(task)
+        return self._after_held(self._task(task))
 
     def from_send_response(
         self, response: SendMessageResponse | StreamResponse | Task | Message
@@ -273,6 +293,25 @@ class A2AEventMapper:
             return self._reply(response)
         raise _malformed(f"expected a SendMessage reply, got {type(response).__name__}")
 
+    @property
+    def holding(self) -> bool:
+        """Whether streamed text is held back (`hold_text`), waiting for `release()`."""
+        return bool(self._held)
+
+    def release(self) -> list[TargetUpdate]:
+        """The text held back, as one delta (none if nothing is held)."""
+        if not self._held:
+            return []
+        text = "".join(self._held)
+        self._held.clear()
+        return [self._text_update(Kind.TEXT_DELTA, self._held_artifact, text)]
+
+    def _after_held(self, out: list[TargetUpdate]) -> list[TargetUpdate]:
+        """`out` after the text held back, which arrived before the item `out` comes from."""
+        if self._held and out:
+            return self.release() + out
+        return out
+
     def resume(self) -> None:
         """An answer to an input request was sent: the remote's next statuses are news.
 
@@ -286,7 +325,7 @@ class A2AEventMapper:
     def _reply(self, message: Message) -> list[TargetUpdate]:
         if self._foreign(message.task_id):
             return []
-        return self._message(message)
+        return self._after_held(self._message(message))
 
     # -- guards -------------------------------------------------------------------------------
 
@@ -321,6 +360,67 @@ class A2AEventMapper:
         out.append(self._update(Kind.STARTED, status=name, card_fingerprint=self.card_fingerprint))
 
     # -- items --------------------------------------------------------------------------------
+
+    def _appended(
+        self, response: StreamResponse, event: TaskArtifactUpdateEvent
+    ) -> list[TargetUpdate]:
+        """An appended artifact chunk: the bulk of a stream, so its common case is kept short.
+
+        It is a duplicate only of the item right before it (the window of recent digests is not
+        involved): items whose parts' texts differ are not identical, so their bytes are compared
+        only when the texts match. A chunk of a text artifact already seen, once the task and its
+        context are known, is mapped here directly; anything else takes the general path.
+        """
+        if self._foreign(event.task_id):
+            return []
+        artifact = event.artifact
+        texts = [part.text for part in artifact.parts]  # "" for a part whose content is not text
+        data = None
+        previous = self._previous
+        if previous is not None and previous[0] == texts:
+            data = response.SerializeToString(deterministic=True)
+            before = previous[2] or previous[1].SerializeToString(deterministic=True)
+            if data == before:
+                self.ignored_duplicates += 1
+                return []
+        self._previous = (texts, response, data)
+        artifact_id = artifact.artifact_id
+        progress = self._artifacts.get(artifact_id)
+        if (
+            progress is None
+            or not progress.is_text
+            or not self._started
+            or (self.context_id is None and event.context_id)
+        ):
+            # `_learn` and `_progress` have work to do.
+            return self._after_held(self._artifact_update(event))
+        self._artifacts.move_to_end(artifact_id)
+        if (
+            self.hold_text
+            and not event.last_chunk
+            and self.context_id is not None
+            and (not self._held or self._held_artifact == artifact_id)
+        ):
+            # Held: the update would carry the same ids when released (both are known). Text
+            # of another artifact than the one held is not held: an item that yields updates
+            # leaves nothing held, so held text is never newer than updates still to be emitted.
+            for text in texts:
+                if text:
+                    progress.closed = False
+                    progress.add_text(text)
+                    self._held.append(text)
+            self._held_artifact = artifact_id
+            return []
+        out = self.release()
+        for text in texts:
+            if text:
+                progress.closed = False
+                progress.add_text(text)
+                out.append(self._text_update(Kind.TEXT_DELTA, artifact_id, text))
+        if event.last_chunk and not progress.closed:
+            progress.closed = True
+            out.append(self._text_update(Kind.TEXT_END, artifact_id))
+        return out
 
     def _task(self, task: Task) -> list[TargetUpdate]:
         if not task.id:
@@ -478,12 +578,12 @@ class A2AEventMapper:
                 if part.WhichOneof("content") == "text" and part.text:
                     progress.closed = False
                     progress.add_text(part.text)
-                    out.append(self._text_update(Kind.TEXT_DELTA, artifact, delta=part.text))
+                    out.append(self._text_update(Kind.TEXT_DELTA, artifact.artifact_id, part.text))
         else:
             out = self._text_whole(artifact, progress, _parts_text(artifact.parts))
         if last and not progress.closed:
             progress.closed = True
-            out.append(self._text_update(Kind.TEXT_END, artifact))
+            out.append(self._text_update(Kind.TEXT_END, artifact.artifact_id))
         return out
 
     def _text_whole(
@@ -498,24 +598,25 @@ class A2AEventMapper:
         out: list[TargetUpdate] = []
         if progress.text_chars and not progress.extended_by(text):
             if not progress.closed:
-                out.append(self._text_update(Kind.TEXT_END, artifact))
+                out.append(self._text_update(Kind.TEXT_END, artifact.artifact_id))
             progress.reset()
         new = text[progress.text_chars :]
         if new:
             progress.closed = False
             progress.add_text(new)
-            out.append(self._text_update(Kind.TEXT_DELTA, artifact, delta=new))
+            out.append(self._text_update(Kind.TEXT_DELTA, artifact.artifact_id, new))
         return out
 
-    def _text_update(self, kind: str, artifact: Artifact, **fields: Any) -> TargetUpdate:
-        artifact_id = artifact.artifact_id
-        return self._update(
-            kind,
+    def _text_update(self, kind: str, artifact_id: str, delta: str | None = None) -> TargetUpdate:
+        return TargetUpdate(
+            kind=kind,
+            delta=delta,
+            role="assistant",
             message_id=artifact_id,
             remote_message_id=artifact_id,
             remote_artifact_id=artifact_id,
-            role="assistant",
-            **fields,
+            remote_task_id=self.task_id,
+            remote_context_id=self.context_id,
         )
 
     def _artifact(

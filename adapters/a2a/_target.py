@@ -54,6 +54,7 @@ from engine import (
     Redactor,
     RegistryError,
     TargetCapabilities,
+    TargetUpdate,
 )
 
 __all__ = ["A2AAgentConfig", "A2ATarget"]
@@ -257,7 +258,7 @@ class A2ATarget:
         )
 
     def open_session(self, task: DelegationTask, nursery: trio.Nursery) -> _A2ASession:
-        return _A2ASession(self, task)
+        return _A2ASession(self, task, nursery)
 
     async def aclose(self) -> None:
         for client in self._clients.values():
@@ -326,14 +327,19 @@ def _render_prompt(task: DelegationTask) -> str:
 
 
 class _A2ASession:
-    def __init__(self, target: A2ATarget, task: DelegationTask) -> None:
+    def __init__(self, target: A2ATarget, task: DelegationTask, nursery: trio.Nursery) -> None:
         self._target = target
         self._task = task
+        self._nursery = nursery
         self._mapper = A2AEventMapper(
             text_artifact_names=target.config.text_artifact_names,
             card_fingerprint=target.fingerprint,
             streaming=task.stream,
+            hold_text=True,
         )
+        self._release_scheduled = False
+        self._emitting = False  # an emit is under way (it may wait for room in the mailbox)
+        self._emitted = trio.lowlevel.ParkingLot()
         self.task_id: str | None = None
         self.context_id: str | None = task.remote_context_id
         #: False once a refused streaming send fell back to polling (the actor reads it).
@@ -368,10 +374,59 @@ class _A2ASession:
         # aclosing: when the actor cancels our scope (terminal reached), the SDK's nested
         # generators are closed right here instead of being left to the garbage collector.
         async with aclosing(responses) as stream:  # type: ignore[type-var]
-            async for response in stream:
-                for update in self._mapper.feed(response):
-                    self._learn(update.remote_task_id, update.remote_context_id)
-                    await emit(update)
+            try:
+                async for response in stream:
+                    updates = self._mapper.feed(response)
+                    if updates:
+                        await self._emit(updates, emit)
+                    if self._mapper.holding and not self._release_scheduled:
+                        # Released by a task that runs once this one waits for the network.
+                        self._release_scheduled = True
+                        self._nursery.start_soon(self._release_held, emit)
+            finally:
+                # Held text came before whatever ended the stream (its end, an error, a cancel),
+                # and so did text the release task may still be emitting: both go out first.
+                with trio.CancelScope(shield=True):
+                    await self._emit(self._mapper.release(), emit)
+
+    async def _release_held(self, emit: Emit) -> None:
+        """Emit the text the mapper holds. Scheduled by the relay; it runs once the relay waits
+        (for the network, or for room in the run's mailbox), so it coalesces what the relay
+        read meanwhile."""
+        await self._emitted_all()
+        # Taken only now: text the relay took while this waited is older and went first. What
+        # is held now is newer than anything emitted, and the mapper holds nothing while the
+        # relay has updates to emit, so this cannot overtake them.
+        self._release_scheduled = False
+        await self._emit(self._mapper.release(), emit)
+
+    async def _emitted_all(self) -> None:
+        while self._emitting:
+            await self._emitted.park()
+
+    async def _emit(self, updates: list[TargetUpdate], emit: Emit) -> None:
+        """Emit in order, after any emit under way (even with nothing to emit: the caller may
+        be about to leave, and what is under way came first). The relay and `_release_held`
+        both emit, and an emit may wait for room in the run's mailbox: neither may overtake the
+        other meanwhile."""
+        if self._emitting:
+            # Shielded, like the emit it waits for (bounded: the run's writer always drains the
+            # mailbox). A cancel here would lose `updates`, which the mapper already counts as
+            # emitted, and reach the relay in its loop body instead of in the stream's
+            # `__anext__`, leaving the SDK's nested generators to the garbage collector.
+            with trio.CancelScope(shield=True):
+                await self._emitted_all()
+        if not updates:
+            return
+        self._emitting = True
+        try:
+            for update in updates:
+                self._learn(update.remote_task_id, update.remote_context_id)
+                await emit(update)
+        finally:
+            self._emitting = False
+            if self._emitted:
+                self._emitted.unpark_all()
 
     def _learn(self, task_id: str | None, context_id: str | None) -> None:
         if task_id and self.task_id is None:
@@ -468,9 +523,7 @@ class _A2ASession:
             raise self._target._error(
                 ErrorCode.AGENT_UNAVAILABLE, "reading the task", exc
             ) from None
-        for update in self._mapper.snapshot(task):
-            self._learn(update.remote_task_id, update.remote_context_id)
-            await emit(update)
+        await self._emit(self._mapper.snapshot(task), emit)
 
     async def answer(self, answer: Answer, emit: Emit) -> None:
         parts = []

@@ -908,3 +908,273 @@ def _check_update(mapper: A2AEventMapper, update: TargetUpdate) -> None:
     if update.kind == Kind.FAILED:
         assert update.error is not None
         assert len(update.error.message) <= MAX_ERROR_CHARS
+
+
+# --- holding streamed text (hold_text=True) ------------------------------------------------------
+
+
+def holding_mapper(**options: Any) -> A2AEventMapper:
+    mapper = A2AEventMapper(hold_text=True, **options)
+    mapper.feed(on_task(task(S.TASK_STATE_WORKING)))
+    mapper.feed(on_artifact("a", Part(text="Hel"), name="response"))
+    return mapper
+
+
+def deltas(updates: list[TargetUpdate]) -> list[tuple[str, str | None]]:
+    return [(u.kind, u.delta) for u in updates]
+
+
+def test_held_chunks_are_released_as_one_delta_with_their_ids() -> None:
+    mapper = holding_mapper()
+    plain = A2AEventMapper()
+    plain.feed(on_task(task(S.TASK_STATE_WORKING)))
+    plain.feed(on_artifact("a", Part(text="Hel"), name="response"))
+    assert mapper.feed(on_artifact("a", Part(text="lo"), Part(text=","), append=True)) == []
+    assert mapper.feed(on_artifact("a", Part(text=" you"), append=True)) == []
+    assert mapper.holding
+    [released] = mapper.release()
+    assert not mapper.holding
+    assert mapper.release() == []
+    [expected, *_] = plain.feed(on_artifact("a", Part(text="lo"), append=True))
+    assert released == attrs.evolve(expected, delta="lo, you")
+
+
+def test_the_first_chunk_of_an_artifact_and_its_last_chunk_are_not_held() -> None:
+    mapper = A2AEventMapper(hold_text=True)
+    mapper.feed(on_task(task(S.TASK_STATE_WORKING)))
+    assert deltas(mapper.feed(on_artifact("a", Part(text="1"), name="response"))) == [
+        (Kind.TEXT_DELTA, "1")
+    ]
+    assert mapper.feed(on_artifact("a", Part(text="2"), append=True)) == []
+    assert deltas(mapper.feed(on_artifact("a", Part(text="3"), append=True, last=True))) == [
+        (Kind.TEXT_DELTA, "2"),
+        (Kind.TEXT_DELTA, "3"),
+        (Kind.TEXT_END, None),
+    ]
+    assert not mapper.holding
+
+
+@pytest.mark.parametrize(
+    ("item", "after"),
+    [
+        (on_status(S.TASK_STATE_WORKING, "busy"), [Kind.STATUS]),
+        (on_status(S.TASK_STATE_INPUT_REQUIRED, "?"), [Kind.INPUT_REQUIRED]),
+        (on_status(S.TASK_STATE_COMPLETED), [Kind.FINISHED]),
+        (on_status(S.TASK_STATE_FAILED, "no"), [Kind.FAILED]),
+        (on_artifact("f", Part(raw=b"x"), name="f.bin"), [Kind.ARTIFACT]),
+        (on_artifact("f", Part(raw=b"x"), append=True), [Kind.ARTIFACT]),
+        (on_artifact("b", Part(text="b"), name="response"), [Kind.TEXT_DELTA]),
+        (on_artifact("a", Part(text="Hello!"), name="response"), [Kind.TEXT_DELTA]),
+        (StreamResponse(message=agent_message("hi")), [Kind.TEXT_START, Kind.TEXT_DELTA, Kind.TEXT_END]),  # noqa: E501
+    ],
+)  # fmt: skip
+def test_a_non_held_item_after_held_text_comes_after_it(
+    item: StreamResponse, after: list[str]
+) -> None:
+    mapper = holding_mapper()
+    assert mapper.feed(on_artifact("a", Part(text="lo"), append=True)) == []
+    updates = mapper.feed(item)
+    assert [(updates[0].kind, updates[0].message_id, updates[0].delta)] == [
+        (Kind.TEXT_DELTA, "a", "lo")
+    ]
+    assert kinds(updates[1:]) == after
+    assert not mapper.holding
+
+
+def test_text_of_another_artifact_is_not_held_while_one_is() -> None:
+    mapper = holding_mapper()
+    mapper.feed(on_artifact("b", Part(text="B"), name="response"))
+    assert mapper.feed(on_artifact("a", Part(text="lo"), append=True)) == []
+    updates = mapper.feed(on_artifact("b", Part(text="C"), append=True))
+    assert [(u.message_id, u.delta) for u in updates] == [("a", "lo"), ("b", "C")]
+    assert not mapper.holding  # an item that yields updates leaves nothing held
+
+
+def test_a_snapshot_after_held_text_comes_after_it_and_adds_only_what_is_new() -> None:
+    mapper = holding_mapper()
+    mapper.feed(on_artifact("a", Part(text="lo"), append=True))
+    snapshot = task(
+        S.TASK_STATE_COMPLETED,
+        artifacts=[Artifact(artifact_id="a", name="response", parts=[Part(text="Hello!")])],
+    )
+    assert deltas(mapper.snapshot(snapshot)) == [
+        (Kind.TEXT_DELTA, "lo"),
+        (Kind.TEXT_DELTA, "!"),
+        (Kind.FINISHED, None),
+    ]
+
+
+def test_an_item_that_yields_nothing_keeps_the_text_held() -> None:
+    mapper = holding_mapper()
+    working = on_status(S.TASK_STATE_WORKING, "busy")
+    mapper.feed(working)
+    mapper.feed(on_artifact("a", Part(text="lo"), append=True))
+    assert mapper.feed(working) == []  # a duplicate: nothing to put text in front of
+    assert mapper.feed(on_artifact("a", Part(text="!"), append=True, task_id="task-2")) == []
+    assert deltas(mapper.release()) == [(Kind.TEXT_DELTA, "lo")]
+    assert (mapper.ignored_duplicates, mapper.ignored_foreign) == (1, 1)
+
+
+def test_a_duplicate_appended_chunk_is_held_once() -> None:
+    mapper = holding_mapper()
+    newline = on_artifact("a", Part(text="\n"), append=True)
+    assert mapper.feed(newline) == []
+    assert mapper.feed(newline) == []  # replayed right away: a duplicate, not held again
+    assert mapper.feed(on_artifact("a", Part(text="x"), append=True)) == []
+    assert mapper.feed(newline) == []  # later: ordinary content
+    assert deltas(mapper.release()) == [(Kind.TEXT_DELTA, "\nx\n")]
+    assert mapper.ignored_duplicates == 1
+
+
+def test_a_malformed_item_leaves_held_text_to_release() -> None:
+    mapper = holding_mapper()
+    mapper.feed(on_artifact("a", Part(text="lo"), append=True))
+    with pytest.raises(DelegationError):
+        mapper.feed(StreamResponse())
+    assert deltas(mapper.release()) == [(Kind.TEXT_DELTA, "lo")]
+
+
+def test_holding_never_invents_deltas_for_an_agent_that_does_not_stream() -> None:
+    mapper = A2AEventMapper(hold_text=True, streaming=False)
+    mapper.feed(on_task(task(S.TASK_STATE_WORKING)))
+    first = mapper.feed(on_artifact("a", Part(text="Hel"), name="response"))
+    more = mapper.feed(on_artifact("a", Part(text="lo"), append=True))
+    assert kinds(first + more) == [Kind.ARTIFACT, Kind.ARTIFACT]
+    assert not mapper.holding and mapper.release() == []
+
+
+# --- property: holding only merges adjacent deltas -----------------------------------------------
+
+HOLD_TEXT = st.text(alphabet="xy\n", max_size=3)
+HOLD_PART = st.one_of(
+    st.builds(lambda t: Part(text=t), st.text(alphabet="xy\n", min_size=1, max_size=3)),
+    st.just(Part(text="")),
+    st.just(Part(raw=b"z")),
+)
+#: What the remote does next. Mostly a streamed chunk; the first choices are the simplest.
+HOLD_STEPS = ["chunk"] * 6 + [
+    "status", "message", "snapshot", "repeat", "release", "resume", "foreign", "malformed",
+]  # fmt: skip
+
+
+@st.composite
+def hold_ops(draw: st.DrawFn) -> list[tuple[str, Any]]:
+    """A remote's traffic as (operation, item) pairs: chunks of text artifacts "a" and "b" and
+    of a file "f" (mostly appended, seldom last, mostly distinct), statuses, messages, task
+    snapshots, exact repeats of the previous item, foreign and malformed items; and the points
+    where the session's release task runs."""
+    ops: list[tuple[str, Any]] = []
+    for index in range(draw(st.integers(min_value=4, max_value=40))):
+        step = draw(st.sampled_from(HOLD_STEPS))
+        if step == "chunk":
+            artifact_id = draw(st.sampled_from(["a", "b", "f"]))
+            parts = draw(st.lists(HOLD_PART, min_size=1, max_size=3))
+            if draw(st.booleans()):
+                parts.append(Part(text=f"{index}."))  # most chunks differ from the one before
+            append = draw(st.sampled_from([True, True, True, False]))
+            last = draw(st.sampled_from([False, False, False, True]))
+            # The first chunk names the artifact (text or not is decided then); later may not.
+            named = not append or draw(st.booleans())
+            name = ("f.bin" if artifact_id == "f" else "response") if named else ""
+            context = draw(st.sampled_from(["ctx-1", "ctx-1", "ctx-1", ""]))
+            event = TaskArtifactUpdateEvent(
+                task_id="task-1",
+                context_id=context,
+                artifact=Artifact(artifact_id=artifact_id, name=name, parts=parts),
+                append=append,
+                last_chunk=last,
+            )
+            ops.append(("feed", StreamResponse(artifact_update=event)))
+        elif step == "status":
+            state = draw(
+                st.sampled_from(
+                    [S.TASK_STATE_WORKING, S.TASK_STATE_INPUT_REQUIRED, S.TASK_STATE_COMPLETED]
+                )
+            )
+            text = draw(st.sampled_from([None, "busy"]))
+            seconds = draw(st.sampled_from([None, 1, 2]))
+            ops.append(("feed", on_status(state, text, seconds=seconds)))
+        elif step == "message":
+            text = draw(HOLD_TEXT)
+            message_id = draw(st.sampled_from(["", "m-1", "m-2"]))
+            ops.append(("feed", StreamResponse(message=agent_message(text, message_id=message_id))))
+        elif step == "snapshot":
+            state = draw(st.sampled_from([S.TASK_STATE_WORKING, S.TASK_STATE_COMPLETED]))
+            texts = draw(st.lists(HOLD_TEXT, max_size=3))
+            parts = [Part(text=t) for t in texts]
+            snap = task(state, artifacts=[Artifact(artifact_id="a", name="response", parts=parts)])
+            ops.append(("snapshot", snap))
+        elif step == "foreign":
+            ops.append(("feed", on_artifact("a", Part(text="x"), append=True, task_id="task-2")))
+        elif step == "malformed":
+            ops.append(("feed", StreamResponse()))
+        else:
+            ops.append((step, None))
+    return ops
+
+
+def _merged(updates: list[TargetUpdate]) -> list[TargetUpdate]:
+    """`updates` with adjacent text deltas of one message (same ids) joined into one."""
+    out: list[TargetUpdate] = []
+    for update in updates:
+        previous = out[-1] if out else None
+        if (
+            previous is not None
+            and update.kind == previous.kind == Kind.TEXT_DELTA
+            and attrs.evolve(update, delta=None) == attrs.evolve(previous, delta=None)
+        ):
+            out[-1] = attrs.evolve(previous, delta=(previous.delta or "") + (update.delta or ""))
+        else:
+            out.append(update)
+    return out
+
+
+def _apply(mapper: A2AEventMapper, op: str, value: Any) -> list[TargetUpdate] | str:
+    try:
+        if op == "feed":
+            return mapper.feed(value)
+        if op == "snapshot":
+            return mapper.snapshot(value)
+    except DelegationError as error:
+        return error.code
+    if op == "resume":
+        mapper.resume()
+    return []
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hold_ops(), st.booleans())
+def test_holding_never_changes_the_text_or_the_order_of_other_updates(
+    ops: list[tuple[str, Any]], started: bool
+) -> None:
+    plain = A2AEventMapper()
+    held = A2AEventMapper(hold_text=True)
+    out_plain: list[TargetUpdate] = []
+    out_held: list[TargetUpdate] = []
+    previous: Any = on_task(task(S.TASK_STATE_WORKING)) if started else None
+    if previous is not None:
+        out_plain += plain.feed(previous)
+        out_held += held.feed(previous)
+    for op, value in ops:
+        if op == "release":
+            out_held += held.release()  # the release task ran: the plain mapper has no such step
+            continue
+        if op == "repeat":
+            if previous is None:
+                continue
+            op, value = "feed", previous
+        elif op == "feed":
+            previous = value
+        got_plain = _apply(plain, op, value)
+        got_held = _apply(held, op, value)
+        if isinstance(got_plain, str) or isinstance(got_held, str):
+            assert got_held == got_plain  # the same typed error, from both
+            continue
+        if got_held:
+            assert not held.holding  # held text is never newer than updates still to emit
+        out_plain += got_plain
+        out_held += got_held
+    out_held += held.release()  # the stream ended
+    assert _merged(out_held) == _merged(out_plain)
+    for name in ("ignored_duplicates", "ignored_foreign", "ignored_stale", "terminal_state"):
+        assert getattr(held, name) == getattr(plain, name)
