@@ -17,7 +17,9 @@ beside what this machine does without the engine:
   row is this machine's limit. events/s counts journal events covered (cursors), since a reader
   behind the journal gets deltas merged and one SSE message may cover several entries.
 - Latency: `delegations` concurrent delegations to an in-process agent, each streaming text
-  deltas at `rate / delegations` per second for `seconds`; a stamping `JournalStore` records
+  deltas at `rate / delegations` per second for `seconds` (the k-th delegation's ticks offset by
+  `k / delegations` of a period, as independent streams are: lockstep timers would append one
+  delta per delegation in the same scheduler pass every period); a stamping `JournalStore` records
   `time.perf_counter()` per cursor as it is appended; the reader records the arrival time of
   every `id:`; an entry's latency is the arrival of the first message whose id is >= its cursor
   minus its append time. The reader runs in this process, on this Trio loop (one thread, the
@@ -519,12 +521,25 @@ def _delta(n: int) -> str:
     return f"token {n:06d}, "
 
 
-def _ticker(per_second: float, seconds: float) -> Callable[[LocalTask], Awaitable[str]]:
+def _ticker(
+    per_second: float, seconds: float, delegations: int
+) -> Callable[[LocalTask], Awaitable[str]]:
+    """The in-process agent: `per_second * seconds` deltas, one every `1 / per_second` s.
+
+    The k-th delegation started ticks `k / delegations` of a period after the first: agents
+    that all read the clock at the same instant and sleep the same period would otherwise wake
+    in lockstep forever, every delegation's delta appended in the same scheduler pass (100
+    appends at once every period, then nothing), which no set of independent streams does."""
     count = max(1, round(per_second * seconds))
+    period = 1 / per_second
+    started = [0]
 
     async def tick(task: LocalTask) -> str:
+        phase = (started[0] % delegations) / delegations * period
+        started[0] += 1
         message_id = await task.text_start()
-        start = trio.current_time()
+        start = trio.current_time() + phase
+        await trio.sleep_until(start)
         for n in range(count):
             await task.text_delta(_delta(n), message_id=message_id)
             await trio.sleep_until(start + (n + 1) / per_second)
@@ -585,7 +600,8 @@ async def _latency(
         stores.append(store)
         return store
 
-    agent = AgentSpec(key=_AGENT, target=InProcessTarget(_ticker(per_delegation, seconds)))
+    ticker = _ticker(per_delegation, seconds, delegations)
+    agent = AgentSpec(key=_AGENT, target=InProcessTarget(ticker))
     go, produced, fast_again = trio.Event(), trio.Event(), trio.Event()
     parent = _DelegatingParent(delegations, go, produced)
     fast_result: list[_Read] = []

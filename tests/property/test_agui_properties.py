@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+import attrs
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -278,3 +279,40 @@ def test_every_delta_arrives_whole_where_nothing_was_lost(events: list[Delegatio
         if frame["type"] == "TEXT_MESSAGE_CONTENT":
             got[(frame.get("subagentRunId"), frame["messageId"])] += frame["delta"]
     assert got == sent
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    scripts(),
+    st.sampled_from((1, 1, 3)),
+    st.sampled_from(("", '"\\\n\t\u2028\x01', "é😀", "\ud800")),
+)
+def test_the_fast_text_delta_path_writes_the_generic_paths_bytes(
+    events: list[DelegationEvent], stride: int, decoration: str
+) -> None:
+    """`feed` writes text deltas into open messages without building their dicts; what it writes
+    must be exactly what `frame_events(translate(...))` writes, escaping included."""
+    events = [
+        attrs.evolve(event, delta=event.delta + decoration) if event.delta else event
+        for event in events
+    ]
+    entries = direct(events, stride)
+    for mode in MODES:
+        fast = AguiStreamEncoder("thread-p", RUN, mode, strict=True)
+        generic = AguiStreamEncoder("thread-p", RUN, mode, strict=True)
+        generic._fast_delta = lambda event: None  # type: ignore[method-assign]
+        assert [fast.feed(e) for e in entries] == [generic.feed(e) for e in entries]
+        assert fast.dropped == generic.dropped
+
+
+def test_the_fast_path_is_taken_for_a_delta_into_an_open_message() -> None:
+    """The property above compares the two paths; this makes sure it compares something."""
+    started = DelegationEvent(kind=Kind.RUN_STARTED, run_id=RUN)
+    start = _event(("p-text", "start", "1"), 1, "")
+    delta = _event(("p-text", "delta", "1"), 2, 'say "hi"')
+    encoder = AguiStreamEncoder("thread-p", RUN, "attributed", strict=True)
+    for entry in direct([started, start], 1):
+        encoder.feed(entry)
+    assert encoder._fast_delta(delta) == (
+        b'{"type":"TEXT_MESSAGE_CONTENT","messageId":"p-1","delta":"say \\"hi\\""}'
+    )
