@@ -91,6 +91,8 @@ __all__ = ["bench_sse"]
 GOAL_RATIO: Final = 0.5
 GOAL_EVENTS_PER_S: Final = 150_000
 GOAL_P99_MS: Final = 5.0
+#: Viewers of one run in the encoding fan-out figure.
+FANOUT_VIEWERS: Final = 10
 #: How far (in entries) the throughput producer may run ahead of the encoder.
 AHEAD: Final = 4 * BATCH
 #: Deadlines per phase (a default phase takes a few seconds).
@@ -425,8 +427,8 @@ async def _engine_throughput(
     parent = _AppendingParent(events, go, progress)
     factory = default_encoder_factory()
 
-    def encoders(thread_id: str, run_id: str, mode: str) -> StreamEncoder:
-        return _CountingEncoder(factory(thread_id, run_id, mode), progress)
+    def encoders(thread_id: str, run_id: str, mode: str, shared: dict[str, Any]) -> StreamEncoder:
+        return _CountingEncoder(factory(thread_id, run_id, mode, shared), progress)
 
     catch_ups = 0
     with trio.fail_after(DEADLINE):
@@ -810,6 +812,8 @@ def bench_sse(
                 problems.append(f"LOST throughput ({label}): the reader missed the last cursor")
     print(file=out, flush=True)
 
+    _print_fanout(events, repeat, out)
+
     print(
         f"latency: {delegations} concurrent delegations to an in-process agent, each streaming "
         f"text deltas at {rate / delegations:g}/s ({rate:,.0f}/s in total) for {seconds:g} s",
@@ -855,6 +859,49 @@ def bench_sse(
     max_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     print(f"max RSS of this process: {max_rss_kib / 1024:.1f} MiB", file=out, flush=True)
     return 1 if any(p.startswith("LOST") for p in problems) else 0
+
+
+def _encode_for_viewers(entries: Sequence[JournalEntry], viewers: int, share: bool) -> float:
+    """Seconds the default encoder takes to write `entries` for `viewers` viewers of one run,
+    entry by entry in turn as live viewers take them; sharing the run's encoding or not."""
+    factory = default_encoder_factory()
+    encoders = []
+    shared: dict[str, Any] = {}
+    for _ in range(viewers):
+        encoders.append(factory("thread-bench", "run-bench", "attributed", shared))
+        if not share:
+            shared = {}
+    gc.collect()
+    started = time.perf_counter()
+    for entry in entries:
+        for encoder in encoders:
+            encoder.feed(entry)
+    return time.perf_counter() - started
+
+
+def _print_fanout(events: int, repeat: int, out: TextIO) -> None:
+    """The encoder's share of fanning one run out to many viewers: the same journal entries
+    written for 1 and FANOUT_VIEWERS viewers, each viewer with its own encoding and with the
+    run's `SharedEncoding` (what the server does)."""
+    entries = [JournalEntry(e, i + 1) for i, e in enumerate(build_event_mix(events))]
+    header = f"{'encoding for N viewers of one run':<44} {'viewers':>7} {'us/event/viewer':>16}"
+    print(header, file=out)
+    print("-" * len(header), file=out)
+    for viewers in (1, FANOUT_VIEWERS):
+        for share in (False, True):
+            seconds = statistics.median(
+                _encode_for_viewers(entries, viewers, share) for _ in range(repeat)
+            )
+            label = "shared encoding (the server's)" if share else "an encoding per viewer"
+            print(
+                f"{label:<44} {viewers:>7} {seconds / len(entries) / viewers * 1e6:>16.2f}",
+                file=out,
+            )
+    print(
+        "the encoder alone (no journal, no socket), attributed mode, the throughput event mix",
+        file=out,
+    )
+    print(file=out, flush=True)
 
 
 def _throughput_row(runs: Sequence[_Throughput]) -> tuple[_Throughput, float, float, float]:

@@ -12,6 +12,7 @@ a variable that is not set is an error at start, not at the first delegation.
     port = 8080
     visibility = "attributed"     # attributed | custom | inline | hidden
     cors_origins = []             # closed by default
+    reconnect_ms = 1000           # SSE `retry:`: a browser's wait before it reconnects
 
     [parent]
     kind = "scripted"             # scripted | claude-code | codex
@@ -106,6 +107,9 @@ class ServerEntry:
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 1 << 20
     keepalive_seconds: float = 15.0
+    #: The SSE `retry:` field each stream opens with: how long a browser's EventSource waits
+    #: before it reconnects after a dropped connection (its own default is about 3 s).
+    reconnect_ms: int = 1000
 
 
 @attrs.frozen
@@ -338,6 +342,7 @@ class _Reader:
             "cors_origins",
             "max_body_bytes",
             "keepalive_seconds",
+            "reconnect_ms",
         }
         table = self.table(value, path, known)
         return ServerEntry(
@@ -351,6 +356,7 @@ class _Reader:
             keepalive_seconds=float(
                 self.get(table, path, "keepalive_seconds", (int, float), 15.0, check=_positive)
             ),
+            reconnect_ms=self.get(table, path, "reconnect_ms", int, 1000, check=_positive),
         )
 
     def parent(self, value: Any) -> ParentEntry:

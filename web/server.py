@@ -68,7 +68,10 @@ class StreamEncoder(Protocol):
     def feed(self, entry: JournalEntry) -> bytes: ...
 
 
-EncoderFactory = Callable[[str, str, str], StreamEncoder]  # (thread id, run id, mode)
+#: (thread id, run id, mode, the run's shared dict) -> one viewer's encoder. The dict lives as
+#: long as the hosted run: a factory keeps there what its encoders share across the run's viewers
+#: (the AG-UI encoder's `SharedEncoding`: each event's common bytes encoded once).
+EncoderFactory = Callable[[str, str, str, dict[str, Any]], StreamEncoder]
 
 
 class HttpError(Exception):
@@ -89,6 +92,8 @@ class HostedRun:
     started: trio.Event = attrs.field(factory=trio.Event)
     ended: trio.Event = attrs.field(factory=trio.Event)
     error: str | None = None
+    #: What the viewers' encoders share (see `EncoderFactory`).
+    shared: dict[str, Any] = attrs.field(factory=dict)
 
 
 class RunHost:
@@ -199,11 +204,13 @@ async def open_stream(
     *,
     keepalive: float,
     keepalive_bytes: bytes = b": keepalive\n\n",
+    preamble: bytes = b"",
 ) -> AsyncIterator[bytes]:
     """A viewer's byte stream: the journal after `after`, then live, ending after the run's
     terminal. Checks the cursor before returning (bad cursors are `HttpError`s, answered before
     any byte is streamed). The encoder first sees the entries up to `after` (their bytes
-    discarded), so a reconnecting viewer's stream continues in the state the old one left."""
+    discarded), so a reconnecting viewer's stream continues in the state the old one left.
+    `preamble` (the SSE `retry:` field) goes out with the first write."""
     journal = host.engine.journal(hosted.run_id)
     if journal is None:
         raise HttpError(404, "unknown_run", "The run's journal is no longer kept.")
@@ -218,13 +225,19 @@ async def open_stream(
             if entry.cursor > after:  # gap markers stand for many cursors: stop at the cut
                 break
             encoder.feed(entry)
-    return _stream(subscription, encoder, keepalive, keepalive_bytes)
+    return _stream(subscription, encoder, keepalive, keepalive_bytes, preamble)
 
 
 async def _stream(
-    subscription: Subscription, encoder: StreamEncoder, keepalive: float, keepalive_bytes: bytes
+    subscription: Subscription,
+    encoder: StreamEncoder,
+    keepalive: float,
+    keepalive_bytes: bytes,
+    preamble: bytes,
 ) -> AsyncIterator[bytes]:
     async with subscription:
+        if preamble:
+            yield preamble
         while True:
             batch: list[JournalEntry] = []
             with trio.move_on_after(keepalive):
@@ -254,6 +267,9 @@ def create_app(
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
     allowed_origins = frozenset(config.server.cors_origins)
     keepalive = config.server.keepalive_seconds
+    # Each SSE stream opens with `retry:` so a browser that loses the connection comes back
+    # after reconnect_ms (EventSource's default is ~3 s) with Last-Event-ID.
+    retry_field = b"retry: %d\n\n" % config.server.reconnect_ms
 
     def error_response(status: int, error: str, message: str) -> Response:
         return Response(
@@ -317,7 +333,9 @@ def create_app(
         hosted = await host.start(prompt, thread_id=thread_id, run_id=run_id, mode=mode)
         encoder = _encoder(encoder_factory, hosted, hosted.mode, wire_format)
 
-        stream = await open_stream(host, hosted, None, encoder, keepalive=keepalive)
+        stream = await open_stream(
+            host, hosted, None, encoder, keepalive=keepalive, preamble=retry_field
+        )
 
         async def body() -> AsyncIterator[bytes]:
             finished = False
@@ -351,7 +369,9 @@ def create_app(
         after = _cursor(request.headers.get("last-event-id"), request.args.get("after"))
         mode = _mode(request.args.get("mode"), hosted.mode)
         encoder = _encoder(encoder_factory, hosted, mode, request.args.get("format"))
-        stream = await open_stream(host, hosted, after, encoder, keepalive=keepalive)
+        stream = await open_stream(
+            host, hosted, after, encoder, keepalive=keepalive, preamble=retry_field
+        )
         return sse_response(hosted, stream)
 
     @app.post("/runs/<run_id>/stop")
@@ -425,7 +445,7 @@ def _encoder(
 ) -> StreamEncoder:
     if _format(wire_format) == "engine":
         return EngineEventEncoder(hosted.thread_id, hosted.run_id, mode)
-    return factory(hosted.thread_id, hosted.run_id, mode)
+    return factory(hosted.thread_id, hosted.run_id, mode, hosted.shared)
 
 
 def _mode(value: str | None, default: str) -> str:
@@ -553,7 +573,14 @@ async def serve_app(
 
 
 def default_encoder_factory() -> EncoderFactory:
-    """The wire format viewers get by default: AG-UI events in the run's visibility mode."""
-    from adapters.agui import AguiStreamEncoder
+    """The wire format viewers get by default: AG-UI events in the run's visibility mode, the
+    run's viewers sharing one `SharedEncoding`."""
+    from adapters.agui import AguiStreamEncoder, SharedEncoding
 
-    return AguiStreamEncoder
+    def factory(thread_id: str, run_id: str, mode: str, shared: dict[str, Any]) -> StreamEncoder:
+        encoding = shared.get("agui")
+        if not isinstance(encoding, SharedEncoding):
+            encoding = shared["agui"] = SharedEncoding()
+        return AguiStreamEncoder(thread_id, run_id, mode, shared=encoding)
+
+    return factory

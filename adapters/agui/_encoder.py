@@ -55,12 +55,20 @@ by reason; unknown kinds become CUSTOM events named after the kind.
 
 SSE framing: `data: <json>` per event, LF only; the last event produced from an entry carries
 `id: <cursor>` (only when the cursor is above the last id written, so ids strictly increase).
+
+Encoding once for many viewers: the viewers of one run may share a `SharedEncoding` (the server
+gives each hosted run one). The JSON of a text delta into an open message, the bulk of every
+stream, depends only on the event and the mode, so the first viewer to encode it leaves the bytes
+there and the others reuse them; what depends on a viewer's own position (opening, closing,
+synthesized starts, held results, the `id:` line) is still decided per viewer, so sharing never
+changes a byte of any viewer's stream (the tests compare).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import weakref
 from collections import Counter
 from typing import Any, Final
 
@@ -69,7 +77,7 @@ from ag_ui.core import EventType
 
 from engine import DelegationError, DelegationEvent, ErrorCode, JournalEntry, Kind, to_jsonable
 
-__all__ = ["AguiStreamEncoder", "MODES", "frame_events"]
+__all__ = ["AguiStreamEncoder", "MODES", "SharedEncoding", "frame_events"]
 
 #: The visibility modes, default first.
 MODES: Final = ("attributed", "custom", "inline", "hidden")
@@ -128,6 +136,52 @@ _OPEN: Final = "open"
 _CLOSED: Final = "closed"
 
 
+class SharedEncoding:
+    """Encoded pieces that are the same for every viewer of one run in one mode, by event.
+
+    Keyed by the event object (its identity: every viewer of a run gets the same event objects
+    from the journal, and an entry merged under pressure is a new object, so it never matches).
+    The newest `capacity` pieces per mode are kept; a viewer far behind the others just encodes
+    for itself. Nothing is kept while fewer than two encoders use it. `hits` and `misses` count
+    lookups."""
+
+    def __init__(self, capacity: int = 2048) -> None:
+        self.capacity = capacity
+        self.hits = 0
+        self.misses = 0
+        #: Encoders alive that use this (`join`); with fewer than two nothing is kept.
+        self.viewers = 0
+        self._pieces: dict[str, dict[int, tuple[DelegationEvent, bytes]]] = {}
+
+    def join(self, encoder: object) -> None:
+        """Count `encoder` as a viewer until it is garbage."""
+        self.viewers += 1
+        weakref.finalize(encoder, self._leave)
+
+    def _leave(self) -> None:
+        self.viewers -= 1
+        if self.viewers < 2:
+            self._pieces.clear()
+
+    def get(self, mode: str, event: DelegationEvent) -> bytes | None:
+        if self.viewers < 2:  # one viewer (the usual case) gains nothing from keeping bytes
+            return None
+        piece = self._pieces.get(mode, {}).get(id(event))
+        if piece is not None and piece[0] is event:
+            self.hits += 1
+            return piece[1]
+        self.misses += 1
+        return None
+
+    def put(self, mode: str, event: DelegationEvent, data: bytes) -> None:
+        if self.viewers < 2:
+            return
+        pieces = self._pieces.setdefault(mode, {})
+        pieces[id(event)] = (event, data)  # the event is held, so its id is not reused
+        if len(pieces) > self.capacity:
+            del pieces[next(iter(pieces))]
+
+
 @attrs.define
 class _Entity:
     """A text message, reasoning message or tool call the consumer has seen opened."""
@@ -164,6 +218,7 @@ class AguiStreamEncoder:
         mode: str = "attributed",
         *,
         strict: bool = False,
+        shared: SharedEncoding | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -171,6 +226,9 @@ class AguiStreamEncoder:
         self.run_id = run_id
         self.mode = mode
         self.strict = strict
+        self.shared = shared
+        if shared is not None:
+            shared.join(self)
         #: Engine events left out, by reason (`hidden`, `after_terminal`, `duplicate_start`...).
         self.dropped: Counter[str] = Counter()
         self._last_id = 0
@@ -243,6 +301,11 @@ class AguiStreamEncoder:
             return None
         if wire_id not in self._texts:
             return None
+        shared = self.shared
+        if shared is not None:
+            data = shared.get(self.mode, event)
+            if data is not None:
+                return data
         delta = event.delta if event.delta is not None else event.text
         if type(delta) is not str or not delta:
             return None
@@ -259,9 +322,12 @@ class AguiStreamEncoder:
                 + "}"
             )
         try:
-            return text.encode("utf-8")
+            data = text.encode("utf-8")
         except UnicodeEncodeError:  # a lone surrogate: the generic path escapes it
             return None
+        if shared is not None:
+            shared.put(self.mode, event, data)
+        return data
 
     @property
     def ended(self) -> bool:

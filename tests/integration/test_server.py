@@ -380,3 +380,28 @@ async def test_format_engine_streams_the_engines_own_envelope() -> None:
     assert all(cursor is not None for cursor, _ in frames)  # one message per journal entry
     assert refused.status_code == 400 and refused.json()["error"] == "bad_format"
     assert refused_post.status_code == 400 and refused_post.json()["error"] == "bad_format"
+
+
+@pytest.mark.parametrize(
+    ("config_text", "expected"), [("", 1000), ("[server]\nreconnect_ms = 250", 250)]
+)
+async def test_every_sse_stream_opens_with_the_reconnect_delay(
+    config_text: str, expected: int
+) -> None:
+    """Browsers reconnect after the `retry:` delay (EventSource waits ~3 s without it); the
+    field comes first, before any event, on the POST stream and on a viewer's stream."""
+    async with (
+        server(config_text=config_text) as (base, _),
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        async with http.stream("POST", f"{base}/agui", json=RUN_INPUT) as response:
+            posted = b"".join([chunk async for chunk in response.aiter_bytes()])
+        run_id, token = response.headers["x-run-id"], response.headers["x-viewer-token"]
+        url = f"{base}/runs/{run_id}/events?token={token}&after=1"
+        async with http.stream("GET", url) as response:
+            watched = b"".join([chunk async for chunk in response.aiter_bytes()])
+    for body in (posted, watched):
+        assert body.startswith(b"retry: %d\n\n" % expected), body[:40]
+        assert body.count(b"retry:") == 1
+    assert_valid(parse_sse(posted))
+    assert parse_sse(watched)[0][0] == 2  # the reconnect resumes after cursor 1

@@ -20,15 +20,17 @@ message carried arrives whole.
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict
 from typing import Any
 
 import attrs
+import pytest
 import trio
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from adapters.agui import MODES, AguiStreamEncoder, check_frames, parse_sse
+from adapters.agui import MODES, AguiStreamEncoder, SharedEncoding, check_frames, parse_sse
 from engine import (
     ArtifactRef,
     DelegationError,
@@ -38,6 +40,7 @@ from engine import (
     MemoryJournalStore,
     RunJournal,
 )
+from tests.agui_scenarios import SCENARIOS
 
 RUN = "run-p"
 DELEGATIONS = ("del-a", "del-b", "del-c")
@@ -316,3 +319,79 @@ def test_the_fast_path_is_taken_for_a_delta_into_an_open_message() -> None:
     assert encoder._fast_delta(delta) == (
         b'{"type":"TEXT_MESSAGE_CONTENT","messageId":"p-1","delta":"say \\"hi\\""}'
     )
+
+
+@settings(max_examples=100, deadline=None)
+@given(scripts(), st.data())
+def test_viewers_sharing_an_encoding_write_what_each_would_write_alone(
+    events: list[DelegationEvent], data: st.DataObject
+) -> None:
+    """Viewers of one run share a `SharedEncoding` (the server gives each run one): whatever
+    their modes, their starting cursors and the order they are fed in, each writes the bytes it
+    would write alone, including viewers whose entries were merged (new event objects) and a
+    cache small enough to evict."""
+    entries = journaled(events, 10_000)
+    capacity = data.draw(st.sampled_from((1, 4, 2048)))
+    shared = SharedEncoding(capacity)
+    viewers = []
+    for _ in range(data.draw(st.integers(min_value=2, max_value=4))):
+        mode = data.draw(st.sampled_from(MODES))
+        cut = data.draw(st.integers(min_value=0, max_value=len(entries)))
+        mine = list(entries)
+        if data.draw(st.booleans()):  # this viewer's copy of the events: never shared
+            mine = [JournalEntry(attrs.evolve(e.event), e.cursor) for e in entries]
+        encoder = AguiStreamEncoder("thread-p", RUN, mode, strict=True, shared=shared)
+        for entry in mine[:cut]:
+            encoder.feed(entry)
+        viewers.append((encoder, mine, cut, [], stream(mine, mode)[cut:]))
+    order = data.draw(st.randoms(use_true_random=False))  # who reads next
+    while busy := [v for v in viewers if len(v[3]) < len(v[1]) - v[2]]:
+        encoder, mine, cut, out, _ = order.choice(busy)
+        out.append(encoder.feed(mine[cut + len(out)]))
+    for _, _, _, out, alone in viewers:
+        assert out == alone
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_viewers_in_every_mode_share_one_encoding_of_the_golden_runs(scenario: str) -> None:
+    """The golden runs (subagent text into open messages, which attributed and inline viewers
+    write differently) read by two viewers per mode, entry by entry in turn, all sharing one
+    encoding: each writes what it writes alone."""
+    entries = SCENARIOS[scenario]()
+    shared = SharedEncoding()
+    viewers = [
+        (mode, AguiStreamEncoder("thread-p", RUN, mode, strict=True, shared=shared))
+        for mode in MODES
+        for _ in range(2)
+    ]
+    outs: list[list[bytes]] = [[] for _ in viewers]
+    for entry in entries:
+        for (_, encoder), out in zip(viewers, outs, strict=True):
+            out.append(encoder.feed(entry))
+    assert outs == [stream(entries, mode) for mode, _ in viewers]
+    assert shared.hits > 0
+
+
+def test_viewers_of_one_run_encode_a_text_delta_once() -> None:
+    """The property above shows sharing changes no byte; this shows it shares something."""
+    script = [
+        DelegationEvent(kind=Kind.RUN_STARTED, run_id=RUN),
+        _event(("p-text", "start", "1"), 1, ""),
+        *(_event(("p-text", "delta", "1"), 2 + i, f"piece {i} ") for i in range(10)),
+    ]
+    entries = direct(script, 1)
+    shared = SharedEncoding()
+    encoders = [
+        AguiStreamEncoder("thread-p", RUN, "attributed", strict=True, shared=shared)
+        for _ in range(3)
+    ]
+    outs = [[encoder.feed(entry) for entry in entries] for encoder in encoders]
+    assert outs[0] == outs[1] == outs[2] == stream(entries, "attributed")
+    assert (shared.misses, shared.hits) == (10, 20)
+    # A viewer alone keeps nothing: the others gone, its lookups are skipped.
+    del encoders[1:], outs
+    gc.collect()
+    assert shared.viewers == 1
+    more = JournalEntry(_event(("p-text", "delta", "1"), 99, "more"), 100)
+    assert encoders[0].feed(more).startswith(b"id: 100\ndata: {")
+    assert (shared.misses, shared.hits) == (10, 20)

@@ -97,6 +97,8 @@ def _error(text: str) -> ConfigError:
         ("[server]\nprot = 1\n", 2, "server.prot", "unknown setting"),
         ('[server]\nport = "80"\n', 2, "server.port", "must be an integer, not a string"),
         ("[server]\nmax_body_bytes = true\n", 2, "server.max_body_bytes", "not true/false"),
+        ("[server]\nreconnect_ms = 0\n", 2, "server.reconnect_ms", "must be positive"),
+        ("[server]\nreconnect_ms = 0.5\n", 2, "server.reconnect_ms", "must be an integer"),
         ('[parent]\nkind = "gpt"\n', 2, "parent.kind", "must be one of scripted"),
         ('[parent]\napi_key_env = "sk-live-123"\n', 2, "parent.api_key_env", "never goes"),
         ("[limits]\nmax_concurrent_per_run = 0\n", 2, "limits.max_concurrent_per_run", ""),
