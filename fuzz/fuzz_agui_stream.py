@@ -11,7 +11,8 @@ Any bytes are used twice:
   terminal, go through `AguiStreamEncoder` in every visibility mode. Whatever the order
   (content for ids never opened, duplicates, events after terminals, unknown kinds), each stream
   must pass the checker, end on the terminal's cursor, and give the same bytes on a second pass
-  and after a replayed prefix.
+  and after a replayed prefix; written in batches (`feed_batch`, cut where the bytes say) it
+  must still pass, end on the same cursor and carry the same text per message.
 """
 
 from __future__ import annotations
@@ -198,6 +199,33 @@ def _encode_as_program(data: bytes) -> None:
             encoder.feed(entry)
         if [encoder.feed(entry) for entry in entries[cut:]] != chunks[cut:]:
             raise AssertionError(f"mode {mode}: continuing after a replayed prefix differs")
+        _check_batched(entries, mode, frames, data)
+
+
+def _check_batched(entries: list[JournalEntry], mode: str, frames: list[Any], data: bytes) -> None:
+    """`feed_batch` over batches cut where the data's bytes say: a valid stream ending on the
+    same cursor, with the same text per message as writing entry by entry."""
+    batched = AguiStreamEncoder("t", RUN, mode, strict=True)
+    chunks, start = [], 0
+    for i, byte in enumerate(data[1:], start=1):
+        if byte % 3 == 0 and start < i <= len(entries):
+            chunks.append(batched.feed_batch(entries[start:i]))
+            start = i
+    chunks.append(batched.feed_batch(entries[start:]) if start < len(entries) else b"")
+    merged = parse_sse(b"".join(chunks))
+    if check_frames(merged) or merged[-1][0] != frames[-1][0]:
+        raise AssertionError(f"mode {mode}: feed_batch wrote an invalid stream")
+    if _texts(merged) != _texts(frames):
+        raise AssertionError(f"mode {mode}: feed_batch changed a message's text")
+
+
+def _texts(frames: list[Any]) -> dict[tuple[Any, Any], str]:
+    texts: dict[tuple[Any, Any], str] = {}
+    for _, event in frames:
+        if event["type"] == "TEXT_MESSAGE_CONTENT":
+            key = (event["messageId"], event.get("subagentRunId"))
+            texts[key] = texts.get(key, "") + event["delta"]
+    return texts
 
 
 def _stream(entries: list[JournalEntry], mode: str) -> list[bytes]:

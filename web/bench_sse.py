@@ -182,12 +182,20 @@ class _CountingEncoder:
         self._progress = progress
 
     def feed(self, entry: JournalEntry) -> bytes:
+        self._note(entry.cursor)
+        return self._inner.feed(entry)
+
+    def feed_batch(self, entries: Sequence[JournalEntry]) -> bytes:
+        if entries:
+            self._note(entries[-1].cursor)
+        return self._inner.feed_batch(entries)
+
+    def _note(self, cursor: int) -> None:
         progress = self._progress
-        progress.fed = entry.cursor
-        if progress.waiter is not None and entry.cursor >= progress.waiter[0]:
+        progress.fed = cursor
+        if progress.waiter is not None and cursor >= progress.waiter[0]:
             progress.waiter[1].set()
             progress.waiter = None
-        return self._inner.feed(entry)
 
 
 @attrs.define

@@ -35,7 +35,7 @@ import logging
 import secrets
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol
 
@@ -63,9 +63,15 @@ class ParentAgent(Protocol):
 
 
 class StreamEncoder(Protocol):
-    """Turns one viewer's journal entries into wire bytes (AG-UI SSE, or frames)."""
+    """Turns one viewer's journal entries into wire bytes (AG-UI SSE, or frames).
+
+    `feed_batch` gets what is ready at once (one body write); it may merge text deltas, as a
+    viewer behind the journal gets them merged anyway. `feed` is used to replay a reconnecting
+    viewer's history, and must leave the encoder as `feed_batch` would."""
 
     def feed(self, entry: JournalEntry) -> bytes: ...
+
+    def feed_batch(self, entries: Sequence[JournalEntry]) -> bytes: ...
 
 
 #: (thread id, run id, mode, the run's shared dict) -> one viewer's encoder. The dict lives as
@@ -249,7 +255,7 @@ async def _stream(
                 if keepalive_bytes:
                     yield keepalive_bytes
                 continue
-            chunk = b"".join(encoder.feed(entry) for entry in batch)
+            chunk = encoder.feed_batch(batch)
             if chunk:
                 yield chunk
 
@@ -550,6 +556,9 @@ class EngineEventEncoder:
         from engine import to_json
 
         return b"id: %d\ndata: %s\n\n" % (entry.cursor, to_json(entry.event).encode())
+
+    def feed_batch(self, entries: Sequence[JournalEntry]) -> bytes:
+        return b"".join(self.feed(entry) for entry in entries)
 
 
 @asynccontextmanager

@@ -70,6 +70,7 @@ import json
 import math
 import weakref
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, Final
 
 import attrs
@@ -269,13 +270,68 @@ class AguiStreamEncoder:
             self.dropped["encoder_error"] += 1
         return out
 
-    def _fast_delta(self, event: DelegationEvent) -> bytes | None:
-        """The JSON of a text delta into an already open message, built without the dict and
-        the generic encoder (the bulk of every stream); None whenever anything else applies.
+    def feed_batch(self, entries: Sequence[JournalEntry]) -> bytes:
+        """The SSE bytes of entries that are ready together (one body write): what `feed`
+        writes for each, except that a run of text deltas into open messages, with nothing
+        else between them, becomes one TEXT_MESSAGE_CONTENT per message (in the order the
+        messages first appear), the last carrying the run's highest cursor as its `id:`.
 
-        It must give exactly the bytes `frame_events(translate(entry))` would (the tests
-        compare them): same checks as `_translate` -> `_text` for this one case, same key
-        order, the same string escaping as `_dumps` (`ensure_ascii=False`)."""
+        Deltas of different messages are independent streams, and nothing that opens, closes
+        or orders anything is moved, so the stream is what `feed` would give with the deltas
+        merged, as a viewer behind the journal gets them anyway; a single delta, or a batch of
+        one entry, writes exactly `feed`'s bytes."""
+        if len(entries) == 1:
+            return self.feed(entries[0])
+        parts: list[bytes] = []
+        run: dict[tuple[str, str | None], list[str]] = {}
+        run_cursor = 0
+        run_entries: list[JournalEntry] = []
+        for entry in entries:
+            event = entry.event
+            target = self._fast_target(event)
+            if target is not None:
+                wire_id, tag, delta = target
+                pieces = run.get((wire_id, tag))
+                if pieces is None:
+                    run[(wire_id, tag)] = [delta]
+                else:
+                    pieces.append(delta)
+                run_entries.append(entry)
+                cursor = entry.cursor
+                if isinstance(cursor, int) and cursor > run_cursor:
+                    run_cursor = cursor
+                continue
+            if run:
+                parts.append(self._merged(run, run_cursor, run_entries))
+                run = {}
+                run_cursor = 0
+                run_entries = []
+            parts.append(self.feed(entry))
+        if run:
+            parts.append(self._merged(run, run_cursor, run_entries))
+        return b"".join(parts)
+
+    def _merged(
+        self,
+        run: dict[tuple[str, str | None], list[str]],
+        cursor: int,
+        entries: list[JournalEntry],
+    ) -> bytes:
+        if len(entries) == 1:
+            return self.feed(entries[0])
+        parts = []
+        for (wire_id, tag), pieces in run.items():
+            data = _content_json(wire_id, tag, "".join(pieces))
+            parts.append(b"data: %s\n\n" % data)
+        if cursor > self._last_id:
+            self._last_id = cursor
+            parts[-1] = b"id: %d\n%s" % (cursor, parts[-1])
+        return b"".join(parts)
+
+    def _fast_target(self, event: DelegationEvent) -> tuple[str, str | None, str] | None:
+        """(wire id, subagentRunId tag, delta) of a text delta into an already open message:
+        the bulk of every stream, written without the generic path; None whenever anything
+        else applies (the same checks as `_translate` -> `_text` for this one case)."""
         kind = event.kind
         if not self._started or self._ended:
             return None
@@ -301,30 +357,23 @@ class AguiStreamEncoder:
             return None
         if wire_id not in self._texts:
             return None
+        delta = event.delta if event.delta is not None else event.text
+        if type(delta) is not str or not delta:
+            return None
+        return wire_id, tag, delta
+
+    def _fast_delta(self, event: DelegationEvent) -> bytes | None:
+        """The JSON of a text delta into an already open message (`_fast_target`), shared
+        with the run's other viewers when there is a `SharedEncoding`."""
+        target = self._fast_target(event)
+        if target is None:
+            return None
         shared = self.shared
         if shared is not None:
             data = shared.get(self.mode, event)
             if data is not None:
                 return data
-        delta = event.delta if event.delta is not None else event.text
-        if type(delta) is not str or not delta:
-            return None
-        if tag is None:
-            text = _CONTENT_HEAD + _quote(wire_id) + ',"delta":' + _quote(delta) + "}"
-        else:
-            text = (
-                _CONTENT_HEAD
-                + _quote(wire_id)
-                + ',"delta":'
-                + _quote(delta)
-                + ',"subagentRunId":'
-                + _quote(tag)
-                + "}"
-            )
-        try:
-            data = text.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate: the generic path escapes it
-            return None
+        data = _content_json(*target)
         if shared is not None:
             shared.put(self.mode, event, data)
         return data
@@ -889,6 +938,31 @@ _encode_json: Final = _ENCODER.encode
 #: The JSON string literal of a `str`, as `_ENCODER` writes it (`ensure_ascii=False`).
 _quote: Final = json.encoder.encode_basestring
 _CONTENT_HEAD: Final = '{"type":' + _quote(_TEXT_CONTENT) + ',"messageId":'
+
+
+def _content_json(wire_id: str, tag: str | None, delta: str) -> bytes:
+    """TEXT_MESSAGE_CONTENT's JSON built as a string: exactly what `_encode` writes for the dict
+    `_text` builds (same key order, `_dumps`' escaping; the tests compare), at a fraction of
+    the cost; a lone surrogate takes `_encode`'s escaping path."""
+    if tag is None:
+        text = _CONTENT_HEAD + _quote(wire_id) + ',"delta":' + _quote(delta) + "}"
+    else:
+        text = (
+            _CONTENT_HEAD
+            + _quote(wire_id)
+            + ',"delta":'
+            + _quote(delta)
+            + ',"subagentRunId":'
+            + _quote(tag)
+            + "}"
+        )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        event = {"type": _TEXT_CONTENT, "messageId": wire_id, "delta": delta}
+        if tag is not None:
+            event["subagentRunId"] = tag
+        return _encode(event)
 
 
 def _dumps(value: Any) -> str:

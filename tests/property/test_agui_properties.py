@@ -21,8 +21,9 @@ message carried arrives whole.
 from __future__ import annotations
 
 import gc
+import itertools
 from collections import defaultdict
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import pytest
@@ -395,3 +396,110 @@ def test_viewers_of_one_run_encode_a_text_delta_once() -> None:
     more = JournalEntry(_event(("p-text", "delta", "1"), 99, "more"), 100)
     assert encoders[0].feed(more).startswith(b"id: 100\ndata: {")
     assert (shared.misses, shared.hits) == (10, 20)
+
+
+delta_op = st.one_of(
+    st.tuples(st.just("p-text"), st.just("delta"), message),
+    st.tuples(st.just("s-text"), delegation, st.just("delta")),
+)
+_OPENING: Final = (
+    ("p-text", "start", "m0"),
+    ("p-text", "start", "m1"),
+    ("s-start", "del-a", "call-0"),
+    ("s-text", "del-a", "start"),
+    ("s-start", "del-b", "call-1"),
+    ("s-text", "del-b", "start"),
+)
+
+
+@st.composite
+def streaming_scripts(draw: st.DrawFn) -> list[DelegationEvent]:
+    """Scripts that are mostly text deltas into open messages, interleaved across messages
+    and subagents, with anything else now and then: what a busy run looks like."""
+    body = draw(
+        st.lists(st.one_of(delta_op, delta_op, delta_op, delta_op, parent_op, sub_op), max_size=80)
+    )
+    ops = [*_OPENING, *body]
+    events = [DelegationEvent(kind=Kind.RUN_STARTED, run_id=RUN)]
+    events += [_event(op, i, draw(chunk)) for i, op in enumerate(ops)]
+    events.append(DelegationEvent(kind=draw(st.sampled_from(TERMINALS)), run_id=RUN, text="why"))
+    return events
+
+
+def _batches(entries: list[JournalEntry], data: st.DataObject) -> list[list[JournalEntry]]:
+    cuts = sorted(data.draw(st.sets(st.integers(min_value=1, max_value=max(1, len(entries) - 1)))))
+    bounds = [0, *[c for c in cuts if c < len(entries)], len(entries)]
+    return [entries[a:b] for a, b in itertools.pairwise(bounds) if b > a]
+
+
+def _collapsed(frames: list[tuple[int | None, dict[str, Any]]]) -> list[Any]:
+    """Events with each maximal run of TEXT_MESSAGE_CONTENT folded into one entry per message
+    (first-appearance order): what merging deltas may change, taken out."""
+    out: list[Any] = []
+    run: dict[tuple[Any, Any], str] = {}
+    for _, event in frames:
+        if event["type"] == "TEXT_MESSAGE_CONTENT":
+            key = (event["messageId"], event.get("subagentRunId"))
+            run[key] = run.get(key, "") + event["delta"]
+            continue
+        if run:
+            out.append(list(run.items()))
+            run = {}
+        out.append(event)
+    if run:
+        out.append(list(run.items()))
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.one_of(scripts(), streaming_scripts()), st.sampled_from((4, 16, 10_000)), st.data())
+def test_a_batch_written_at_once_is_the_same_stream_with_deltas_merged(
+    events: list[DelegationEvent], window: int, data: st.DataObject
+) -> None:
+    """`feed_batch` (what the server writes per ready batch) against `feed` per entry, for any
+    split into batches: the same events in the same order once runs of deltas are folded, the
+    same text per message, strictly increasing ids ending on the same cursor, a valid stream;
+    and the encoder is left in the same state (the next entries give the same bytes)."""
+    entries = journaled(events, window)
+    batches = _batches(entries, data)
+    for mode in MODES:
+        single = AguiStreamEncoder("thread-p", RUN, mode, strict=True)
+        batched = AguiStreamEncoder("thread-p", RUN, mode, strict=True)
+        one_by_one = b"".join(single.feed(e) for e in entries)
+        at_once = b"".join(batched.feed_batch(batch) for batch in batches)
+        frames, merged = parse_sse(one_by_one), parse_sse(at_once)
+        assert _collapsed(merged) == _collapsed(frames)
+        assert not check_frames(merged)
+        ids = [cursor for cursor, _ in merged if cursor is not None]
+        assert ids == sorted(set(ids))
+        assert ids[-1:] == [c for c, _ in frames if c is not None][-1:]
+        assert batched.dropped == single.dropped
+        if len(entries) > 1 and data.draw(st.booleans()):
+            cut = data.draw(st.integers(min_value=1, max_value=len(entries) - 1))
+            head_single = AguiStreamEncoder("thread-p", RUN, mode, strict=True)
+            head_batched = AguiStreamEncoder("thread-p", RUN, mode, strict=True)
+            for entry in entries[:cut]:
+                head_single.feed(entry)
+            for batch in _batches(entries[:cut], data):
+                head_batched.feed_batch(batch)
+            rest = entries[cut:]
+            assert [head_batched.feed(e) for e in rest] == [head_single.feed(e) for e in rest]
+
+
+def test_a_batch_of_interleaved_deltas_becomes_one_content_event_per_message() -> None:
+    """The property above allows merging; this shows it happens, in message order, with the
+    batch's last cursor."""
+    script = [
+        DelegationEvent(kind=Kind.RUN_STARTED, run_id=RUN),
+        _event(("p-text", "start", "1"), 1, ""),
+        _event(("p-text", "start", "2"), 2, ""),
+        *(_event(("p-text", "delta", "12"[i % 2]), 3 + i, f"{i} ") for i in range(6)),
+    ]
+    entries = direct(script, 1)
+    encoder = AguiStreamEncoder("thread-p", RUN, "attributed", strict=True)
+    encoder.feed_batch(entries[:3])
+    body = encoder.feed_batch(entries[3:])
+    assert body == (
+        b'data: {"type":"TEXT_MESSAGE_CONTENT","messageId":"p-1","delta":"0 2 4 "}\n\n'
+        b'id: 9\ndata: {"type":"TEXT_MESSAGE_CONTENT","messageId":"p-2","delta":"1 3 5 "}\n\n'
+    )
