@@ -19,11 +19,14 @@ Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stre
 - Every stream takes `?mode=` (attributed, custom, inline, hidden) and `?format=engine` for the
   engine's own envelope (`EngineEventEncoder`) instead of AG-UI.
 - `POST /runs/<id>/stop`: cancel the run; the cascade reaches every remote task.
+- `POST /runs/<id>/answer`: `{"delegationId", "text" and/or "data"}` answers a subagent waiting
+  for input (`subagent.input_required` on the stream); 409 when it is not waiting.
 - `GET /healthz` (process up), `GET /readyz` (engine and MCP endpoint serving).
 
 Streaming: each viewer reads the run journal from its cursor through its own bounded lanes (a
 slow viewer never slows the run or other viewers), everything ready is written as one body
-write, and a keep-alive comment goes out when the run is idle. CORS is closed unless origins
+write (`feed_batch`), the run's viewers share the encoding of text deltas, every SSE stream
+opens with `retry: <reconnect_ms>`, and a keep-alive comment goes out when the run is idle. CORS is closed unless origins
 are configured.
 """
 
@@ -44,7 +47,7 @@ import trio
 from quart import Response, request, websocket
 from quart_trio import QuartTrio
 
-from engine import CursorError, Engine, JournalEntry, Run, Subscription
+from engine import CursorError, DelegationError, Engine, JournalEntry, Run, Subscription
 from web.config import HostConfig
 
 __all__ = ["ParentAgent", "RunHost", "StreamEncoder", "create_app"]
@@ -389,6 +392,26 @@ def create_app(
         document = {"run_id": run_id, "stopped": hosted.ended.is_set()}
         return Response(json.dumps(document), content_type="application/json")
 
+    @app.post("/runs/<run_id>/answer")
+    async def answer(run_id: str) -> Response:
+        """Answer a subagent waiting for input (a CUSTOM `subagent.input_required` on the
+        stream): `{"delegationId": ..., "text": ...}` and/or `"data": {...}`."""
+        hosted = host.find(run_id, _token_from_request(request.headers, request.args))
+        body = await request.get_data(cache=False)
+        try:
+            document = json.loads(body or b"null")
+        except ValueError:
+            raise HttpError(400, "bad_json", "The body is not JSON.") from None
+        delegation_id, text, data = _read_answer(document)
+        if hosted.run is None or hosted.ended.is_set():
+            raise HttpError(409, "run_ended", "The run has ended; there is nothing to answer.")
+        try:
+            hosted.run.answer(delegation_id, text=text, data=data)
+        except DelegationError as exc:
+            raise HttpError(409, "not_waiting", exc.message) from None
+        document = {"run_id": run_id, "delegation_id": delegation_id, "answered": True}
+        return Response(json.dumps(document), status=202, content_type="application/json")
+
     @app.websocket("/runs/<run_id>/ws")
     async def ws(run_id: str) -> None:
         try:
@@ -499,6 +522,26 @@ def _read_run_input(
     if mode is not None:
         mode = _mode(mode, mode)
     return prompt, ids[0], ids[1], mode
+
+
+def _read_answer(document: Any) -> tuple[str, str | None, dict[str, Any] | None]:
+    """(delegation id, text, data) from an answer body, or a 400 naming the field."""
+    if not isinstance(document, dict):
+        raise HttpError(400, "bad_answer", "The answer must be a JSON object.")
+    unknown = sorted(set(document) - {"delegationId", "text", "data"})
+    if unknown:
+        raise HttpError(400, "bad_answer", f"Unknown field {unknown[0][:64]!r} in the answer.")
+    delegation_id = document.get("delegationId")
+    if not isinstance(delegation_id, str) or not delegation_id or len(delegation_id) > 200:
+        raise HttpError(400, "bad_answer", "delegationId must be the waiting subagent's id.")
+    text, data = document.get("text"), document.get("data")
+    if text is not None and not isinstance(text, str):
+        raise HttpError(400, "bad_answer", "text must be a string.")
+    if data is not None and not isinstance(data, dict):
+        raise HttpError(400, "bad_answer", "data must be a JSON object.")
+    if text is None and data is None:
+        raise HttpError(400, "bad_answer", "An answer needs text or data.")
+    return delegation_id, text, data
 
 
 def _sse_frames(chunk: bytes) -> list[str]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import aclosing, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -21,7 +21,7 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 from adapters.agui import check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
-from engine import AgentSpec, Kind
+from engine import AgentSpec, DelegationPolicy, InputRequiredMode, Kind
 from web.config import parse_config
 from web.demo import demo_agents
 from web.server import create_app, default_encoder_factory, open_host, serve_app
@@ -405,3 +405,91 @@ async def test_every_sse_stream_opens_with_the_reconnect_delay(
         assert body.count(b"retry:") == 1
     assert_valid(parse_sse(posted))
     assert parse_sse(watched)[0][0] == 2  # the reconnect resumes after cursor 1
+
+
+async def test_a_viewer_answers_a_subagent_waiting_for_input() -> None:
+    """A subagent asks (CUSTOM subagent.input_required on the stream); the viewer answers with
+    POST /runs/<id>/answer; the subagent goes on with the answer and the run finishes. Bad
+    answers get 4xx JSON and change nothing."""
+
+    async def asking(task: LocalTask) -> str:
+        reply = await task.ask("Which year?")
+        return f"Checked {reply.text}."
+
+    async def quick(task: LocalTask) -> str:
+        return "Reviewed."
+
+    agents = [
+        AgentSpec(
+            key="research",
+            target=InProcessTarget(asking),
+            policy=DelegationPolicy(input_required=InputRequiredMode.SURFACE),
+        ),
+        AgentSpec(key="review", target=InProcessTarget(quick)),
+    ]
+    async with server(agents) as (base, _), httpx.AsyncClient(timeout=30) as http:
+        started = (await http.post(f"{base}/runs", json=RUN_INPUT)).json()
+        auth = {"authorization": f"Bearer {started['viewer_token']}"}
+        answer_url = f"{base}/runs/{started['run_id']}/answer"
+        frames: Frames = []
+        async with (
+            http.stream("GET", f"{base}{started['events_url']}", headers=auth) as response,
+            aclosing(_frames(response)) as stream,
+        ):
+            async for frame in stream:
+                frames.append(frame)
+                event = frame[1]
+                if event["type"] == "CUSTOM" and event["name"] == "subagent.input_required":
+                    delegation = event["subagentRunId"]
+                    bad = [
+                        (await http.post(answer_url, json={"text": "x"}, headers=auth), 400),
+                        (await http.post(answer_url, content=b"{", headers=auth), 400),
+                        (
+                            await http.post(
+                                answer_url,
+                                json={"delegationId": delegation, "text": 1},
+                                headers=auth,
+                            ),
+                            400,
+                        ),
+                        (
+                            await http.post(
+                                answer_url, json={"delegationId": "nope", "text": "x"}, headers=auth
+                            ),
+                            409,
+                        ),
+                        (
+                            await http.post(
+                                answer_url, json={"delegationId": delegation, "text": "1999"}
+                            ),
+                            404,
+                        ),
+                    ]
+                    for response_, status in bad:
+                        assert response_.status_code == status, response_.text
+                        assert response_.json()["error"]
+                    ok = await http.post(
+                        answer_url, json={"delegationId": delegation, "text": "1999"}, headers=auth
+                    )
+                    assert ok.status_code == 202, ok.text
+                    assert ok.json()["answered"] is True
+                    again = await http.post(
+                        answer_url, json={"delegationId": delegation, "text": "2000"}, headers=auth
+                    )
+                    assert again.status_code == 409
+        assert_valid(frames)
+        finished = [e for _, e in frames if e["type"] == "SUBAGENT_FINISHED"]
+        assert {e["result"] for e in finished} == {"Checked 1999.", "Reviewed."}
+        late = await http.post(answer_url, json={"delegationId": "d", "text": "late"}, headers=auth)
+        assert late.status_code == 409 and late.json()["error"] == "run_ended"
+
+
+async def _frames(response: httpx.Response) -> AsyncIterator[tuple[int | None, dict[str, Any]]]:
+    """SSE frames as they arrive (a block at a time)."""
+    buffer = b""
+    async for chunk in response.aiter_bytes():
+        buffer += chunk
+        while b"\n\n" in buffer:
+            block, buffer = buffer.split(b"\n\n", 1)
+            for frame in parse_sse(block + b"\n\n"):
+                yield frame
