@@ -1,4 +1,4 @@
-"""Node.js test tools with pinned npm packages (tests/browser, tests/agui_verify).
+"""Node.js test tools with pinned npm packages (such as tests/agui_verify).
 
 Each tool directory holds a package.json and package-lock.json. `./dev test` runs `npm ci` in
 each; a test that finds the directory's node_modules older than its lock file (or missing) runs

@@ -4,45 +4,83 @@ The server is `tests.browser.serve_demo`: `subagent-engine serve`'s composition 
 defaults (the scripted parent delegating over the real MCP endpoint to the two in-process demo
 agents, the default wire encoder, the packaged page), with the demo agents paced so that a run
 lasts about two seconds; a second one, with a replay window smaller than a run, serves the gap
-scenario. The browser is Debian's /usr/bin/chromium driven by the pinned
-playwright-core in this directory; one Node driver run (`drive_page.mjs`, one browser, a fresh
-profile) plays every scenario and reports what the page showed, and the tests below assert on
-that report. Chromium is installed with apt-get when missing (as `./dev test` does); the tests
-skip only where it is missing and cannot be installed (not root, or no apt-get).
+scenario. The browser is Debian's /usr/bin/chromium, headless, driven by Playwright's Python
+package (the `dev` extra; its sync API, outside any event loop) with that executable: nothing
+downloads a browser. One browser and one context serve the module; each scenario below is a
+module-scoped fixture that plays once, in tabs of its own (a fresh tab: fresh sessionStorage;
+the three visibility-mode runs play side by side), and returns what the page showed, read through
+the DOM by `page_probe.js`; the tests assert on that. Every wait is Playwright's, with a timeout:
+a page that never gets there fails the test. Canned streams (`synthetic.sse`) are served by the
+browser's router. Chromium is installed with apt-get when missing (as `./dev test` does); the
+tests skip only where it is missing and cannot be installed (not root, or no apt-get).
 """
 
 from __future__ import annotations
 
 import fcntl
 import fnmatch
+import itertools
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from importlib.resources import files
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import httpx
 import pytest
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    ConsoleMessage,
+    Error,
+    Page,
+    Request,
+    Route,
+    sync_playwright,
+)
 
-from tests.node_packages import ensure_npm_packages, run_node_json_lines
+from tests.browser.cutting_proxy import CuttingProxy
 from tests.servers.process import ready_server
 from web.serve import _page
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 DEMO_PAUSE = "0.2"  # seconds between the demo agents' chunks: a run lasts ~2 s
 GAP_WINDOW = "20"  # journal entries the gap server keeps: a run has ~57
-DRIVER_TIMEOUT = 120.0
+RUN_TIMEOUT_MS = 20_000  # any one wait in a scenario
 APT_TIMEOUT = 900.0
 
+PROMPT = "How does Trio stream events?"
 RESEARCH_TEXT = "Trio nurseries give structured cancellation; memory channels carry events."
 REVIEW_TEXT = "The design is sound; add a replay window."
 FINAL_ANSWER_START = "Here is what the specialists found:"
+ENDED_BY_THE_PAGE = "The run ended before this subagent finished."  # the page's own fallback
+
+TERMINAL = ["finished", "cancelled", "failed"]
+HAS_ENDED = "(terminal) => terminal.includes(document.getElementById('status').dataset.state)"
+SUBAGENT_TEXT_SHOWS = """() => [...document.querySelectorAll("details.subagent .message .text")]
+    .some((text) => text.textContent.length > 0)"""
+WAS_RECONNECTING = """() => window.__probe.timeline.statuses
+    .some(([, state]) => state === "reconnecting")"""
+VIEW = "() => window.__probe.view()"
+PAGE_STATE = "() => window.subagentPage.state()"
 
 
 def _ensure_chromium() -> Path:
@@ -81,6 +119,9 @@ def _ensure_chromium() -> Path:
     return CHROMIUM
 
 
+# --- servers, browser, the pages' watcher ------------------------------------------------------
+
+
 @pytest.fixture(scope="module")
 def page_server() -> Iterator[str]:
     argv = [sys.executable, "-m", "tests.browser.serve_demo", "--pause", DEMO_PAUSE]
@@ -97,32 +138,352 @@ def gap_server() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def report(
-    page_server: str, gap_server: str, tmp_path_factory: pytest.TempPathFactory
-) -> dict[str, Any]:
-    """One driver run: every scenario in one browser. Screenshots land in a temp directory."""
+def browser() -> Iterator[Browser]:
+    """Debian's chromium, headless, launched by Playwright from its path (never downloaded)."""
     chromium = _ensure_chromium()
-    node = ensure_npm_packages(HERE)
-    shots = tmp_path_factory.mktemp("page-screenshots")
-    args = ["--base", page_server, "--gap-base", gap_server, "--screenshots", str(shots)]
-    args += ["--chromium", str(chromium)]
-    documents, result = run_node_json_lines(
-        node, HERE / "drive_page.mjs", args, timeout=DRIVER_TIMEOUT
-    )
-    document = documents[-1]
-    if document.get("error"):
-        pytest.fail(
-            f"the browser driver failed: {document['error']}\n{result.stderr[-2000:]}",
-            pytrace=False,
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=chromium, headless=True, args=CHROMIUM_ARGS
         )
-    return document
+        try:
+            yield launched
+        finally:
+            launched.close()
 
 
-def scenario(report: dict[str, Any], name: str) -> dict[str, Any]:
-    data: dict[str, Any] | None = report["scenarios"].get(name)
-    assert data is not None, f"the driver reported no {name!r} scenario"
-    assert "error" not in data, f"scenario {name!r} failed in the browser:\n{data['error']}"
-    return data
+class PageWatch:
+    """The module's one browser context, and what its pages did beyond what they show: console
+    errors and page errors (by scenario) and requests to any origin but the test servers'."""
+
+    def __init__(self, context: BrowserContext, origins: set[str], screenshots: Path) -> None:
+        self.context = context
+        self.origins = origins
+        self.screenshots = screenshots
+        self.console_errors: list[tuple[str, str]] = []
+        self.external_requests: list[str] = []
+        context.on("request", self._on_request)
+
+    @contextmanager
+    def page(self, scenario: str) -> Iterator[Page]:
+        """A new tab for `scenario`, its errors logged under that name; a full-page screenshot
+        of it lands in `screenshots` when the scenario ends (or fails), and the tab is closed."""
+        page = self.context.new_page()
+        page.on("console", lambda message: self._on_console(scenario, message))
+        page.on("pageerror", lambda error: self._on_page_error(scenario, error))
+        try:
+            yield page
+        finally:
+            try:
+                page.screenshot(path=self.screenshots / f"page-{scenario}.png", full_page=True)
+            finally:
+                page.close()
+
+    def _on_console(self, scenario: str, message: ConsoleMessage) -> None:
+        if message.type == "error":
+            self.console_errors.append((scenario, message.text))
+
+    def _on_page_error(self, scenario: str, error: Error) -> None:
+        self.console_errors.append((scenario, f"pageerror: {error.message}"))
+
+    def _on_request(self, request: Request) -> None:
+        if not request.url.startswith("data:") and _origin(request.url) not in self.origins:
+            self.external_requests.append(request.url)
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
+@pytest.fixture(scope="module")
+def watch(
+    browser: Browser,
+    page_server: str,
+    gap_server: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[PageWatch]:
+    context = browser.new_context(viewport={"width": 1100, "height": 900})
+    context.set_default_timeout(RUN_TIMEOUT_MS)
+    context.add_init_script(path=HERE / "page_probe.js")
+    shots = tmp_path_factory.mktemp("page-screenshots")
+    try:
+        yield PageWatch(context, {_origin(page_server), _origin(gap_server)}, shots)
+    finally:
+        context.close()
+
+
+# --- driving a page ----------------------------------------------------------------------------
+
+
+def start_run(page: Page, mode: str = "", prompt: str = PROMPT) -> None:
+    if mode:
+        page.select_option("#mode", mode)
+    page.fill("#prompt", prompt)
+    page.get_by_role("button", name="Run the prompt").click()
+
+
+def wait_for_end(page: Page) -> None:
+    page.wait_for_function(HAS_ENDED, arg=TERMINAL)
+    # The page closes its EventSource at the terminal; give late DOM work one frame.
+    page.evaluate("() => new Promise((resolve) => requestAnimationFrame(() => resolve()))")
+
+
+def read_view(page: Page) -> dict[str, Any]:
+    view: dict[str, Any] = page.evaluate(VIEW)
+    return view
+
+
+def page_state(page: Page) -> dict[str, Any]:
+    state: dict[str, Any] = page.evaluate(PAGE_STATE)
+    return state
+
+
+def statuses(view: dict[str, Any]) -> list[str]:
+    return [state for _, state, _ in view["timeline"]["statuses"]]
+
+
+def handover(base: str, run_id: str, token: str) -> str:
+    """The page's address that hands a run over to a tab (the page removes the fragment)."""
+    return f"{base}/#{urlencode({'run': run_id, 'token': token})}"
+
+
+def parse_sse(text: str) -> list[tuple[int | None, dict[str, Any]]]:
+    """A canned SSE stream as [(cursor or None, event)]: None for an event without an `id:`, one
+    of the entry the next cursor closes (the server puts the id on an entry's last event only)."""
+    items: list[tuple[int | None, dict[str, Any]]] = []
+    for block in text.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if not line.startswith(":")
+        )
+        if "data" in fields:
+            cursor = int(fields["id"]) if "id" in fields else None
+            items.append((cursor, json.loads(fields["data"])))
+    return items
+
+
+SYNTHETIC_SSE = (HERE / "synthetic.sse").read_text()
+SYNTHETIC = parse_sse(SYNTHETIC_SSE)
+
+
+def sse(items: list[tuple[int | None, dict[str, Any]]], retry_ms: int | None = None) -> str:
+    """SSE frames for `items`; with `retry_ms`, a `retry:` field opens the stream, rides on the
+    first event, and stands alone between the held events of an entry."""
+    frames = [] if retry_ms is None else [f"retry: {retry_ms}\n\n"]
+    for index, (cursor, event) in enumerate(items):
+        if retry_ms is not None and index > 0 and items[index - 1][0] is None:
+            frames.append(f"retry: {retry_ms}\n\n")
+        fields = "" if retry_ms is None or index > 0 else f"retry: {retry_ms}\n"
+        fields += "" if cursor is None else f"id: {cursor}\n"
+        frames.append(f"{fields}data: {json.dumps(event)}\n\n")
+    return "".join(frames)
+
+
+def _after_cursor(cursor: int) -> int:
+    """The index in SYNTHETIC of the first event after the entry `cursor` closes."""
+    return next(index for index, (c, _) in enumerate(SYNTHETIC) if c == cursor) + 1
+
+
+# --- the scenarios: each plays once and returns what the page showed ----------------------------
+
+
+@pytest.fixture(scope="module")
+def modes(watch: PageWatch, page_server: str) -> dict[str, dict[str, Any]]:
+    """Three runs at once, each in its own tab, to their end: "full" with the server's default
+    mode, "custom" with the custom visibility mode (subagents as CUSTOM subagent.* events),
+    "hidden" with the hidden one."""
+    modes = {"full": "", "custom": "custom", "hidden": "hidden"}
+    with ExitStack() as tabs:
+        pages = {name: tabs.enter_context(watch.page(name)) for name in modes}
+        for name, page in pages.items():
+            page.goto(f"{page_server}/")
+            start_run(page, modes[name])
+        views = {}
+        for name, page in pages.items():
+            wait_for_end(page)
+            views[name] = read_view(page)
+        return views
+
+
+@pytest.fixture(scope="module")
+def full(modes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return modes["full"]
+
+
+@pytest.fixture(scope="module")
+def custom(modes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return modes["custom"]
+
+
+@pytest.fixture(scope="module")
+def hidden(modes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return modes["hidden"]
+
+
+@pytest.fixture(scope="module")
+def drop(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """Run through a TCP proxy; while a subagent streams, cut every connection: EventSource
+    reconnects by itself with Last-Event-ID (after the stream's `retry:` delay, or its own)."""
+    port = urlsplit(page_server).port
+    assert port is not None
+    with CuttingProxy(port) as proxy, watch.page("drop") as page:
+        watch.origins.add(proxy.url)
+        page.goto(f"{proxy.url}/")
+        start_run(page)
+        page.wait_for_function(SUBAGENT_TEXT_SHOWS)
+        before_cut = page_state(page)
+        cut = proxy.cut()
+        page.wait_for_function(WAS_RECONNECTING)
+        wait_for_end(page)
+        view = read_view(page)
+        while_cut = next(s for s in view["timeline"]["statuses"] if s[1] == "reconnecting")
+        streams = [head for head in proxy.request_heads if head.startswith("GET /runs/")]
+        return {
+            **view,
+            "beforeCut": before_cut,
+            "cut": cut,
+            "whileCut": while_cut,
+            "streamRequests": streams,
+        }
+
+
+@pytest.fixture(scope="module")
+def reconnect(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """Run; while a subagent streams, force a reconnect that replays from cursor 1; after the
+    end, force one that replays everything. Nothing may be drawn twice."""
+    with watch.page("reconnect") as page:
+        page.goto(f"{page_server}/")
+        start_run(page)
+        page.wait_for_function(SUBAGENT_TEXT_SHOWS)
+        mid_run = page.evaluate(
+            "() => ({state: window.subagentPage.state(),"
+            " reconnected: window.subagentPage.reconnect(1)})"
+        )
+        wait_for_end(page)
+        after_run = read_view(page)
+        page.evaluate("() => window.subagentPage.reconnect(0)")
+        page.wait_for_function("() => !window.subagentPage.state().open")
+        after_replay = read_view(page)
+        return {"midRun": mid_run, "afterRun": after_run, "afterReplay": after_replay}
+
+
+@pytest.fixture(scope="module")
+def stop(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """Run; as soon as a subagent card is working, press Stop."""
+    with watch.page("stop") as page:
+        page.goto(f"{page_server}/")
+        start_run(page)
+        page.wait_for_selector("details.subagent[data-state='running']")
+        before_stop = page_state(page)
+        page.get_by_role("button", name="Stop the run").click()
+        wait_for_end(page)
+        return {**read_view(page), "beforeStop": before_stop}
+
+
+@pytest.fixture(scope="module")
+def synthetic(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """synthetic.sse, served by the browser's router for a run handed over in the address: a
+    nested subagent, a failed and a suspended one, events and CUSTOM names the page does not
+    know, entries of several events."""
+    with watch.page("synthetic") as page:
+        page.route(
+            "**/runs/synthetic/events**",
+            lambda route: route.fulfill(
+                status=200, content_type="text/event-stream", body=SYNTHETIC_SSE
+            ),
+        )
+        page.goto(handover(page_server, "synthetic", "t"))
+        wait_for_end(page)
+        return read_view(page)
+
+
+@pytest.fixture(scope="module")
+def retry(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """synthetic.sse with SSE `retry:` fields, served in two responses by the browser's router: the
+    first ends (as a dropped connection does) after cursor 9; EventSource comes back by itself
+    after the `retry:` delay, and the second resends entries 8 and 9 before the rest, as a
+    server that resumes at an earlier entry boundary would."""
+    parts = [sse(SYNTHETIC[: _after_cursor(9)], 150), sse(SYNTHETIC[_after_cursor(7) :], 150)]
+    seen: list[str] = []
+
+    def serve(route: Route) -> None:
+        seen.append(route.request.url)
+        body = parts[len(seen) - 1] if len(seen) <= len(parts) else ""
+        route.fulfill(status=200, content_type="text/event-stream", body=body)
+
+    with watch.page("retry") as page:
+        page.route("**/runs/retried/events**", serve)
+        page.goto(handover(page_server, "retried", "t"))
+        wait_for_end(page)
+        view = read_view(page)
+        return {**view, "requests": len(seen)}
+
+
+@pytest.fixture(scope="module")
+def gap(watch: PageWatch, gap_server: str) -> dict[str, Any]:
+    """(A server whose replay window is smaller than one run) Start a run over HTTP, read it to
+    its end, then hand it to a tab: the page watches from the first cursor, which fell out of the
+    window, and draws the gap."""
+    messages = [{"id": "u1", "role": "user", "content": PROMPT}]
+    response = httpx.post(f"{gap_server}/runs", json={"messages": messages}, timeout=10)
+    started = response.raise_for_status().json()
+    token = started["viewer_token"]
+    headers = {"authorization": f"Bearer {token}"}
+    httpx.get(
+        f"{gap_server}{started['events_url']}", headers=headers, timeout=30
+    ).raise_for_status()
+    with watch.page("gap") as page:
+        page.goto(handover(gap_server, started["run_id"], token))
+        url_after_load = page.url
+        wait_for_end(page)
+        return {**read_view(page), "token": token, "urlAfterLoad": url_after_load}
+
+
+@pytest.fixture(scope="module")
+def reload(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """Run with a prompt of its own; while a subagent streams, reload the tab; after the end,
+    reload it again; then open a second tab on the same address."""
+    prompt = "Reloaded: how does Trio cancel a delegation?"
+    with watch.page("reload") as page:
+        addresses: list[str] = []
+        runs_started: list[str] = []
+        page.on("framenavigated", lambda frame: addresses.append(frame.url))
+        page.on(
+            "request",
+            lambda request: runs_started.append(request.url) if request.method == "POST" else None,
+        )
+        page.goto(f"{page_server}/")
+        history_at_start = page.evaluate("() => history.length")
+        with page.expect_response(lambda r: urlsplit(r.url).path == "/runs") as response:
+            start_run(page, prompt=prompt)
+        token = response.value.json()["viewer_token"]
+        page.wait_for_function(SUBAGENT_TEXT_SHOWS)
+        before = page_state(page)
+        assert before["status"] == "running", before  # the reload lands mid-run
+        page.reload()
+        wait_for_end(page)
+        after_reload = read_view(page)
+        page.reload()
+        wait_for_end(page)
+        after_second_reload = read_view(page)
+        history = [history_at_start, page.evaluate("() => history.length")]
+        with watch.page("reload-other-tab") as other:
+            other.goto(page.url)
+            other.wait_for_function("() => document.readyState === 'complete'")
+            other_tab = read_view(other)
+        return {
+            "prompt": prompt,
+            "token": token,
+            "before": before,
+            "afterReload": after_reload,
+            "afterSecondReload": after_second_reload,
+            "addresses": addresses,
+            "runsStarted": runs_started,
+            "history": history,
+            "otherTab": other_tab,
+        }
+
+
+# --- reading a view ----------------------------------------------------------------------------
 
 
 def delegate_calls(view: dict[str, Any]) -> list[dict[str, Any]]:
@@ -137,7 +498,20 @@ def cards_by_name(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {card["name"]: card for card in view["subagents"]}
 
 
-# --- the page is shipped and served ------------------------------------------------------------
+def assert_the_whole_run_once(view: dict[str, Any]) -> None:
+    """Both subagents with their whole text once, both calls, one final answer, nothing twice."""
+    assert view["status"] == "finished", view["statusText"]
+    by_name = cards_by_name(view)
+    assert len(view["subagents"]) == 2
+    assert by_name["Research Agent"]["text"] == RESEARCH_TEXT
+    assert by_name["Review Agent"]["text"] == REVIEW_TEXT
+    assert len(delegate_calls(view)) == 2
+    texts = [m["text"] for m in view["parentMessages"]]
+    assert len(texts) == len(set(texts))
+    assert sum(text.startswith(FINAL_ANSWER_START) for text in texts) == 1
+
+
+# --- the page is shipped and served; the browser ------------------------------------------------
 
 
 def test_the_page_is_package_data_and_served_at_root(page_server: str) -> None:
@@ -153,13 +527,38 @@ def test_the_page_is_package_data_and_served_at_root(page_server: str) -> None:
     assert response.content == resource.read_bytes()
 
 
-def test_the_page_stays_on_its_server_and_logs_no_errors(report: dict[str, Any]) -> None:
-    assert report["externalRequests"] == []
+def test_the_browser_is_debian_s_chromium_headless(browser: Browser, watch: PageWatch) -> None:
+    version = subprocess.run(
+        [str(CHROMIUM), "--version"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert "Debian" in version and browser.version in version, (version, browser.version)
+    page = watch.context.new_page()
+    try:
+        assert "HeadlessChrome/" in page.evaluate("() => navigator.userAgent")
+    finally:
+        page.close()
+
+
+def test_the_page_stays_on_its_server_and_logs_no_errors(
+    watch: PageWatch,
+    full: dict[str, Any],
+    drop: dict[str, Any],
+    reconnect: dict[str, Any],
+    stop: dict[str, Any],
+    custom: dict[str, Any],
+    hidden: dict[str, Any],
+    synthetic: dict[str, Any],
+    retry: dict[str, Any],
+    gap: dict[str, Any],
+    reload: dict[str, Any],
+) -> None:
+    # Every scenario above has played (this test asks for each); then what their pages did:
+    assert watch.external_requests == []
     # Chromium logs the stream the drop scenario cuts; nothing else may log an error.
     errors = [
-        error
-        for error in report["consoleErrors"]
-        if not (error["scenario"] == "drop" and "net::ERR_" in error["text"])
+        (scenario, text)
+        for scenario, text in watch.console_errors
+        if not (scenario == "drop" and "net::ERR_" in text)
     ]
     assert errors == []
 
@@ -167,8 +566,8 @@ def test_the_page_stays_on_its_server_and_logs_no_errors(report: dict[str, Any])
 # --- a run: nested subagents, streaming, the final answer --------------------------------------
 
 
-def test_each_subagent_card_sits_under_its_delegate_tool_call(report: dict[str, Any]) -> None:
-    view = scenario(report, "full")
+def test_each_subagent_card_sits_under_its_delegate_tool_call(full: dict[str, Any]) -> None:
+    view = full
     assert view["status"] == "finished", view["statusText"]
     calls = delegate_calls(view)
     assert len(calls) == 2
@@ -195,8 +594,8 @@ def test_each_subagent_card_sits_under_its_delegate_tool_call(report: dict[str, 
     assert research["toolCalls"] == [inner[0]["id"]]
 
 
-def test_subagent_text_streams_in_before_the_tool_result(report: dict[str, Any]) -> None:
-    view = scenario(report, "full")
+def test_subagent_text_streams_in_before_the_tool_result(full: dict[str, Any]) -> None:
+    view = full
     timeline = view["timeline"]
     for call in delegate_calls(view):
         card_id = call["subagents"][0]
@@ -211,8 +610,8 @@ def test_subagent_text_streams_in_before_the_tool_result(report: dict[str, Any])
     assert growth[-1][1] == len(RESEARCH_TEXT)
 
 
-def test_the_final_answer_appears_after_the_delegations(report: dict[str, Any]) -> None:
-    view = scenario(report, "full")
+def test_the_final_answer_appears_after_the_delegations(full: dict[str, Any]) -> None:
+    view = full
     answers = [m for m in view["parentMessages"] if m["who"] == "Assistant"]
     assert answers[-1]["text"].startswith(FINAL_ANSWER_START)
     assert "research: completed" in answers[-1]["text"]
@@ -221,61 +620,70 @@ def test_the_final_answer_appears_after_the_delegations(report: dict[str, Any]) 
     assert view["page"]["duplicates"] == 0 and view["page"]["connections"] == 1
 
 
-def test_status_and_buttons_are_accessible(report: dict[str, Any]) -> None:
-    view = scenario(report, "full")
+def test_status_and_buttons_are_accessible(full: dict[str, Any]) -> None:
+    view = full
     assert view["statusRole"] == "status" and view["statusLive"] == "polite"
     assert view["runLabel"] == "Run the prompt" and view["stopLabel"] == "Stop the run"
     assert view["stopDisabled"]  # nothing to stop once the run ended
 
 
-# --- stop, reconnect ---------------------------------------------------------------------------
+# --- stop, reconnect, reload -------------------------------------------------------------------
 
 
-def test_the_stop_button_cancels_the_run(report: dict[str, Any]) -> None:
-    view = scenario(report, "stop")
+def test_the_stop_button_cancels_the_run(stop: dict[str, Any]) -> None:
+    view = stop
     assert view["beforeStop"]["status"] == "running"
     assert view["status"] == "cancelled", view["statusText"]
     assert view["statusText"].startswith("Cancelled")
     states = [card["state"] for card in view["subagents"]]
     assert "cancelled" in states
     assert not {"running", "starting"} & set(states)
+    # The server cancelled the running delegation and said so in the stream: the card's outcome
+    # is its, not the page's fallback for a subagent the run's end left without one.
+    for card in view["subagents"]:
+        if card["state"] == "cancelled":
+            assert card["outcome"].startswith("Cancelled"), card
+            assert ENDED_BY_THE_PAGE not in card["outcome"], card
     assert FINAL_ANSWER_START not in view["transcriptText"]
     assert view["stopDisabled"]
 
 
 def test_a_dropped_connection_reconnects_by_itself_without_duplicates(
-    report: dict[str, Any],
+    drop: dict[str, Any],
 ) -> None:
-    view = scenario(report, "drop")
+    view = drop
     assert view["beforeCut"]["status"] == "running"
-    assert view["whileCut"]["status"] == "reconnecting"  # said, in the live status region
-    assert view["status"] == "finished", view["statusText"]
-    assert view["page"]["connections"] >= 2  # EventSource came back (with Last-Event-ID)
-    by_name = cards_by_name(view)
-    assert len(view["subagents"]) == 2
-    assert by_name["Research Agent"]["text"] == RESEARCH_TEXT
-    assert by_name["Review Agent"]["text"] == REVIEW_TEXT
-    texts = [m["text"] for m in view["parentMessages"]]
-    assert len(texts) == len(set(texts))
-    assert sum(text.startswith(FINAL_ANSWER_START) for text in texts) == 1
+    assert view["cut"] >= 1  # the page's stream was among the connections cut
+    _, state, text = view["whileCut"]
+    assert state == "reconnecting" and "reconnecting" in text  # said, in the live status region
+    after_cut = statuses(view)[statuses(view).index("reconnecting") :]
+    assert "running" in after_cut  # back before the end, by itself
+    assert view["page"]["connections"] >= 2  # EventSource came back by itself
+    # ... with Last-Event-ID, at or after the cursor drawn before the cut, and the server went on
+    # from there: nothing was sent twice.
+    first, *again = view["streamRequests"]
+    assert "last-event-id" not in first.lower()
+    resumed = [
+        int(line.split(":", 1)[1])
+        for head in again
+        for line in head.split("\r\n")
+        if line.lower().startswith("last-event-id:")
+    ]
+    assert resumed and len(resumed) == len(again), again
+    assert resumed[0] >= view["beforeCut"]["lastCursor"]
+    assert view["page"]["duplicates"] == 0
+    assert_the_whole_run_once(view)
 
 
-def test_a_forced_reconnect_does_not_duplicate_content(report: dict[str, Any]) -> None:
-    data = scenario(report, "reconnect")
+def test_a_forced_reconnect_does_not_duplicate_content(reconnect: dict[str, Any]) -> None:
+    data = reconnect
     assert data["midRun"]["reconnected"] and data["midRun"]["state"]["status"] == "running"
     after_run, after_replay = data["afterRun"], data["afterReplay"]
     assert after_run["status"] == "finished", after_run["statusText"]
     page = after_run["page"]
     assert page["connections"] >= 2
     assert page["duplicates"] > 0  # the replay from cursor 1 really resent what was drawn
-    by_name = cards_by_name(after_run)
-    assert len(after_run["subagents"]) == 2
-    assert by_name["Research Agent"]["text"] == RESEARCH_TEXT
-    assert by_name["Review Agent"]["text"] == REVIEW_TEXT
-    assert len(delegate_calls(after_run)) == 2
-    texts = [m["text"] for m in after_run["parentMessages"]]
-    assert len(texts) == len(set(texts))
-    assert sum(text.startswith(FINAL_ANSWER_START) for text in texts) == 1
+    assert_the_whole_run_once(after_run)
     # Replaying the whole run after its end changes nothing on the page.
     assert after_replay["page"]["duplicates"] > page["duplicates"]
     assert after_replay["page"]["applied"] == page["applied"]
@@ -283,19 +691,78 @@ def test_a_forced_reconnect_does_not_duplicate_content(report: dict[str, Any]) -
     assert after_replay["status"] == "finished"
 
 
+def test_sse_retry_fields_break_nothing_and_set_the_reconnect_delay(
+    retry: dict[str, Any], synthetic: dict[str, Any]
+) -> None:
+    view = retry
+    assert view["requests"] == 2 and view["page"]["connections"] == 2  # came back by itself
+    lost, back = next(
+        (earlier[0], later[0])
+        for earlier, later in itertools.pairwise(view["timeline"]["statuses"])
+        if earlier[1] == "reconnecting" and later[1] == "running"
+    )
+    assert back - lost < 2000  # `retry: 150`, not EventSource's default of about 3 s
+    assert view["page"]["duplicates"] == 3  # entries 8 and 9, resent: skipped whole
+    # `retry:` fields (alone, on an event, inside an entry) change nothing that is drawn.
+    assert view["status"] == "finished", view["statusText"]
+    assert view["transcriptText"] == synthetic["transcriptText"]
+    assert view["subagents"] == synthetic["subagents"]
+    assert view["page"]["unknown"] == synthetic["page"]["unknown"] == 2
+
+
+def test_the_viewer_token_is_never_in_the_address(
+    reload: dict[str, Any], gap: dict[str, Any]
+) -> None:
+    token = reload["token"]
+    views = [reload["afterReload"], reload["afterSecondReload"], reload["otherTab"]]
+    addresses = reload["addresses"] + [view["url"] for view in views]
+    assert addresses and all(token not in url and "token" not in url for url in addresses)
+    start, end = reload["history"]
+    assert end == start  # no history entry was pushed (reloads add none)
+    # A run handed over in the address: taken in, and the fragment gone before the stream opens.
+    assert gap["token"] not in gap["urlAfterLoad"] and "#" not in gap["urlAfterLoad"]
+    assert gap["token"] not in gap["url"]
+
+
+def test_a_reload_resumes_the_run_without_duplicates(reload: dict[str, Any]) -> None:
+    before, view = reload["before"], reload["afterReload"]
+    assert view["page"]["runId"] == before["runId"]
+    assert len(reload["runsStarted"]) == 1  # the same run watched again, not a new one
+    assert_the_whole_run_once(view)
+    assert view["page"]["duplicates"] == 0
+    # After the end, another reload draws the same run again, identically.
+    again = reload["afterSecondReload"]
+    assert again["page"]["runId"] == before["runId"]
+    assert again["transcriptText"] == view["transcriptText"]
+    assert again["status"] == "finished"
+
+
+def test_a_reloaded_page_shows_the_prompt_again(reload: dict[str, Any]) -> None:
+    prompt = reload["prompt"]
+    for view in (reload["afterReload"], reload["afterSecondReload"]):
+        mine = [m for m in view["parentMessages"] if m["who"] == "You"]
+        assert [m["text"] for m in mine] == [prompt]
+        assert view["parentMessages"][0]["who"] == "You"  # first, above the run
+        assert view["prompt"] == prompt  # and in the box, to run it again
+    # The run belongs to its tab (sessionStorage): another tab on the same address starts empty.
+    other = reload["otherTab"]
+    assert other["status"] == "idle" and other["parentMessages"] == []
+    assert other["page"]["runId"] is None
+
+
 # --- visibility modes --------------------------------------------------------------------------
 
 
-def test_custom_mode_still_draws_nested_subagents(report: dict[str, Any]) -> None:
-    view = scenario(report, "custom")
+def test_custom_mode_still_draws_nested_subagents(custom: dict[str, Any]) -> None:
+    view = custom
     assert view["status"] == "finished", view["statusText"]
     calls = delegate_calls(view)
     assert sorted(len(call["subagents"]) for call in calls) == [1, 1]
     assert cards_by_name(view)["Research Agent"]["text"] == RESEARCH_TEXT
 
 
-def test_hidden_mode_draws_no_subagents_but_the_answer(report: dict[str, Any]) -> None:
-    view = scenario(report, "hidden")
+def test_hidden_mode_draws_no_subagents_but_the_answer(hidden: dict[str, Any]) -> None:
+    view = hidden
     assert view["status"] == "finished", view["statusText"]
     assert any(m["text"].startswith(FINAL_ANSWER_START) for m in view["parentMessages"])
     if view["page"]["agui"]:  # the engine envelope has no visibility modes; AG-UI does
@@ -303,8 +770,10 @@ def test_hidden_mode_draws_no_subagents_but_the_answer(report: dict[str, Any]) -
         assert RESEARCH_TEXT not in view["transcriptText"]
 
 
-def test_nested_failed_and_suspended_subagents_and_unknown_events(report: dict[str, Any]) -> None:
-    view = scenario(report, "synthetic")  # drive_page.mjs SYNTHETIC: a canned AG-UI stream
+def test_nested_failed_and_suspended_subagents_and_unknown_events(
+    synthetic: dict[str, Any],
+) -> None:
+    view = synthetic  # synthetic.sse: a canned AG-UI stream
     assert view["status"] == "finished", view["statusText"]
     cards = {card["name"]: card for card in view["subagents"]}
     planner, estimator = cards["Planner"], cards["Estimator"]
@@ -322,8 +791,8 @@ def test_nested_failed_and_suspended_subagents_and_unknown_events(report: dict[s
     assert view["page"]["unknown"] == 2  # FUTURE_EVENT_TYPE and app.private: skipped, no harm
 
 
-def test_a_late_viewer_sees_the_gap_and_the_run_s_outcome(report: dict[str, Any]) -> None:
-    view = scenario(report, "gap")
+def test_a_late_viewer_sees_the_gap_and_the_run_s_outcome(gap: dict[str, Any]) -> None:
+    view = gap
     assert view["status"] == "finished", view["statusText"]
     assert view["gaps"] >= 1
     assert all(text.startswith("\u26a0 Gap: ") for text in view["gapText"])
