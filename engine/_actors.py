@@ -349,6 +349,8 @@ class RunActor:
         self.handle = Run(self)
         self.endpoint: RunEndpoint | None = None
         self.parent_calls = ParentToolCalls()
+        self.parent_calls_changed = trio.Event()
+        self.parent_call_ids = "model"
         self.body_scope: trio.CancelScope | None = None
         self.cancel_reason = ""
         self.closed = trio.Event()
@@ -489,6 +491,7 @@ class RunActor:
             agent_name=spec.name if spec else request.agent[:64],
             protocol=spec.protocol if spec else "none",
             parent_tool_call_id=request.parent_tool_call_id,
+            model_tool_call_id=_model_call_id(request),
         )
         state = DelegationState(
             identity, spec.policy if spec else _DEFAULT_POLICY, clock=self.engine.clock
@@ -566,6 +569,7 @@ class DelegationActor:
             agent_name=spec.name,
             protocol=spec.protocol,
             parent_tool_call_id=request.parent_tool_call_id,
+            model_tool_call_id=_model_call_id(request),
         )
         self.state = DelegationState(
             self.identity,
@@ -924,6 +928,34 @@ class Run:
         configuration), when the engine has an endpoint provider; None otherwise."""
         return self._actor.endpoint
 
+    @property
+    def parent_call_ids(self) -> str:
+        """Whose ids the parent's tool-call events carry: `model` (the model's own tool-call
+        ids, the ones MCP `_meta` names: Claude Code, the scripted parent) or `parent` (ids the
+        parent makes up, e.g. Codex's `item_N`; delegations are then paired with the parent's
+        calls, see `pair_parent_tool_call`). Set by the parent adapter before it starts."""
+        return self._actor.parent_call_ids
+
+    @parent_call_ids.setter
+    def parent_call_ids(self, value: str) -> None:
+        if value not in ("model", "parent"):
+            raise ValueError(f"parent_call_ids must be 'model' or 'parent', not {value!r}")
+        self._actor.parent_call_ids = value
+
+    async def pair_parent_tool_call(self, arguments: Any, *, wait: float) -> str | None:
+        """The parent's own id of the delegation tool call these `arguments` came with,
+        claimed (see `engine._correlation`, `ParentToolCalls.pair`): waits up to `wait` s for
+        the parent's stream to show a call with these arguments, then takes the oldest
+        unclaimed one; None if the parent showed none."""
+        actor = self._actor
+        with trio.move_on_after(wait):
+            while True:
+                paired = actor.parent_calls.pair(arguments)
+                if paired is not None:
+                    return paired
+                await actor.parent_calls_changed.wait()
+        return actor.parent_calls.pair(arguments, exact=False)
+
     def claim_parent_tool_call(self, mode: str) -> str | None:
         """The parent tool call a delegation without a tool-call id belongs to (`medium`: the
         oldest unclaimed parent delegation call; `weak`: the only open one, else
@@ -982,9 +1014,15 @@ class Run:
         """Publish one of the parent's own payloads (text, reasoning, tool calls, custom)."""
         if kind in Kind.RUN_TERMINALS or kind == Kind.RUN_STARTED or kind.startswith("subagent."):
             raise ValueError(f"{kind!r} is not a parent payload kind; use finish()/fail()")
-        event = self._actor._event(kind, **fields)
-        self._actor.parent_calls.observe(kind, event.tool_call_id, event.tool_name, event.time)
-        await self._actor.publish(event)
+        actor = self._actor
+        event = actor._event(kind, **fields)
+        changed = actor.parent_calls.observe(
+            kind, event.tool_call_id, event.tool_name, event.time, event.args
+        )
+        await actor.publish(event)
+        if changed:  # after the call's event is on its way: a paired subagent comes after it
+            actor.parent_calls_changed.set()
+            actor.parent_calls_changed = trio.Event()
 
     async def flush(self) -> None:
         """Wait until everything published so far is in the journal."""
@@ -1005,3 +1043,10 @@ class Run:
             await next(iter(actor._active.values())).done.wait()
         actor._outcome, actor._outcome_reason = kind, reason
         await actor._end(kind, reason)
+
+
+def _model_call_id(request: DelegationRequest) -> str | None:
+    """The model's tool-call id a parent adapter paired away (`metadata["model_tool_call_id"]`,
+    see `Run.pair_parent_tool_call`), kept for the audit trail."""
+    value = request.metadata.get("model_tool_call_id")
+    return value[:200] if isinstance(value, str) and value else None

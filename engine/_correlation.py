@@ -12,17 +12,26 @@ delegation is tied to one of them:
   delegation tool call that is open right now and started within a short window; when more than
   one is open the pairing is ambiguous and is refused (`AmbiguousCorrelation`), never guessed.
 
+A parent whose stream names tool calls by its own ids rather than the model's (Codex prints
+`item_N`; the model's `call_id` only reaches the MCP `_meta`) declares so on its run
+(`Run.parent_call_ids = "parent"`). A delegation that arrives with the model's id is then paired
+(`pair`) with the parent's unclaimed delegation call whose complete arguments (`tool_call.end`
+seen) equal the call's, waiting a bounded time for the parent to print it, and only then with
+the oldest unclaimed one; the model's id is kept beside it as metadata.
+
 The ledger learns the parent's tool calls from the parent's own events (`tool_call.start`,
-`tool_call.result`) as they are published. A tool counts as a delegation tool
-when the last `__`-separated segment of its name starts with `delegate_to_` (`delegate_to_agent`,
-`mcp__subagents__delegate_to_agent`, `delegate_to_research`). Sans-IO: no clock of its own, no
-awaits; the run actor feeds it.
+`tool_call.args`, `tool_call.end`, `tool_call.result`) as they are published. A tool counts as
+a delegation tool when the last `__`-separated segment of its name starts with `delegate_to_`
+(`delegate_to_agent`, `mcp__subagents__delegate_to_agent`, `delegate_to_research`). Sans-IO: no
+clock of its own, no awaits; the run actor feeds it.
 """
 
 from __future__ import annotations
 
+import json
 from collections import OrderedDict
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 __all__ = ["AmbiguousCorrelation", "Correlation", "ParentToolCalls", "is_delegation_tool"]
 
@@ -58,12 +67,14 @@ def is_delegation_tool(tool_name: str | None) -> bool:
 
 
 class _Call:
-    __slots__ = ("claimed", "open", "started_at")
+    __slots__ = ("args", "args_done", "claimed", "open", "started_at")
 
     def __init__(self, started_at: float) -> None:
         self.started_at = started_at
         self.claimed = False
         self.open = True
+        self.args: Any = None
+        self.args_done = False
 
 
 class ParentToolCalls:
@@ -74,20 +85,44 @@ class ParentToolCalls:
         self._calls: OrderedDict[str, _Call] = OrderedDict()
 
     def observe(
-        self, kind: str, tool_call_id: str | None, tool_name: str | None, now: float
-    ) -> None:
-        """Feed one parent event (any kind; only tool-call starts and ends matter)."""
+        self,
+        kind: str,
+        tool_call_id: str | None,
+        tool_name: str | None,
+        now: float,
+        args: Any = None,
+    ) -> bool:
+        """Feed one parent event (any kind; only tool-call events matter). True when it
+        changed what `pair` could find (a call's arguments became complete)."""
         if not tool_call_id:
-            return
+            return False
         if kind == "tool_call.start":
             if is_delegation_tool(tool_name) and tool_call_id not in self._calls:
                 self._calls[tool_call_id] = _Call(now)
                 while len(self._calls) > MAX_TRACKED_CALLS:
                     self._calls.popitem(last=False)
-        elif kind == "tool_call.result":  # `tool_call.end` only ends the arguments
-            call = self._calls.get(tool_call_id)
-            if call is not None:
-                call.open = False
+            return False
+        call = self._calls.get(tool_call_id)
+        if call is None:
+            return False
+        if kind == "tool_call.args":
+            if isinstance(args, Mapping):
+                call.args = dict(args)
+            elif isinstance(args, str):  # streamed JSON text: kept whole, read at the end
+                call.args = (call.args if isinstance(call.args, str) else "") + args
+        elif kind == "tool_call.end":
+            if isinstance(call.args, str):
+                try:
+                    call.args = json.loads(call.args)
+                except ValueError:
+                    call.args = None
+            call.args_done = True
+            return True
+        elif kind == "tool_call.result":
+            call.open = False
+            call.args_done = True
+            return True
+        return False
 
     def claim(self, tool_call_id: str) -> None:
         """A delegation arrived with this id (strong correlation): it is taken."""
@@ -119,6 +154,22 @@ class ParentToolCalls:
             call.claimed = True
             return tool_call_id
         raise ValueError(f"unknown correlation mode {mode!r} (medium or weak)")
+
+    def pair(self, arguments: Any, *, exact: bool = True) -> str | None:
+        """The parent's own id for a delegation that came with the model's id (a parent that
+        names calls its own way), claimed: the oldest unclaimed call with complete arguments
+        equal to `arguments`; with `exact=False` (the last resort, once the parent had time to
+        print its calls) the oldest unclaimed call with complete arguments. None if there is
+        none yet: the parent may not have printed the call; ask again when `observe` returns
+        True."""
+        wanted = dict(arguments) if isinstance(arguments, Mapping) else None
+        for tool_call_id, call in self._calls.items():
+            if not call.args_done or call.claimed:
+                continue
+            if not exact or (wanted is not None and call.args == wanted):
+                call.claimed = True
+                return tool_call_id
+        return None
 
     def unclaimed(self) -> list[str]:
         """Ids of parent delegation calls no delegation claimed yet, oldest first."""

@@ -61,6 +61,9 @@ class DelegationIdentity:
     agent_name: str
     protocol: str
     parent_tool_call_id: str | None = None
+    #: The model's own id of the tool call, when the parent names it differently (Codex's
+    #: `item_N` vs the model's `call_id`): on `subagent.started` and in the result's metadata.
+    model_tool_call_id: str | None = None
 
 
 @attrs.define
@@ -246,7 +249,9 @@ class DelegationState:
 
     def _start(self, out: list[DelegationEvent], update: TargetUpdate | None) -> None:
         self.started = True
-        event = self._event(Kind.STARTED, update, synthesized=update is None)
+        model_id = self.identity.model_tool_call_id
+        extra = {"model_tool_call_id": model_id} if model_id else None
+        event = self._event(Kind.STARTED, update, synthesized=update is None, extra=extra)
         out.append(event)
         if update is not None and update.status:
             self.status = update.status
@@ -429,6 +434,8 @@ class DelegationState:
         metadata: dict[str, Any] = {}
         if self._artifacts_dropped:
             metadata["artifacts_dropped"] = self._artifacts_dropped
+        if self.identity.model_tool_call_id:
+            metadata["model_tool_call_id"] = self.identity.model_tool_call_id
         return DelegationResult(
             delegation_id=self.identity.delegation_id,
             agent=self.identity.agent_key,

@@ -20,6 +20,14 @@ whose POST ended before its result was written; and the tool timeout of the pare
 as `notifications/cancelled`. A run that ends cancels its delegations, whose calls then return
 their (cancelled) results.
 
+A session can end while one of its requests is being handled: a client that cancels a call and
+deletes its session at once (the Codex CLI on SIGINT) is ordinary client behaviour, not a server
+error. The SDK's streams then raise `ClosedResourceError`/`BrokenResourceError` into the request;
+the request wrapper answers 404 `session_ended` (the MCP spec's answer for a terminated session)
+if the response has not started, and otherwise ends it quietly (an SSE stream the teardown cut
+short is closed properly); the SDK's error reports of that teardown are demoted to debug
+(`_TeardownLogFilter`).
+
 Progress: while a call is blocked, its own delegation's events (not other delegations of the
 run) are summarised into `notifications/progress`, at most one per `progress_interval` and at
 least one per `heartbeat_interval` even when the remote is silent, so parent CLIs that watch for
@@ -37,15 +45,18 @@ import json
 import logging
 import re
 import secrets
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Collection, MutableMapping
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from typing import Any, Final
 
+import anyio
 import attrs
 import mcp_types as types
 import trio
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.trio import serve as hypercorn_serve
+from hypercorn.utils import UnexpectedMessageError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import Server
@@ -75,6 +86,60 @@ DEFAULT_MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 _RUN_PATH: Final = re.compile(r"^/runs/([A-Za-z0-9_.:-]{1,128})/mcp/?$")
 _SCOPE_RUN: Final = "subagent_engine.run_id"
 _SCOPE_CALLS: Final = "subagent_engine.calls"
+#: What a session's streams raise into a request being handled when the session is torn down
+#: (DELETE, idle timeout, shutdown): anyio's (the SDK's streams) and trio's.
+_TEARDOWN_ERRORS: Final = (
+    anyio.ClosedResourceError,
+    anyio.BrokenResourceError,
+    trio.ClosedResourceError,
+    trio.BrokenResourceError,
+)
+#: The SDK's transport, whose error reports of a teardown `_TeardownLogFilter` demotes.
+_SDK_TRANSPORT_LOGGER: Final = "mcp.server.streamable_http"
+
+
+@attrs.define
+class _Exchange:
+    """One HTTP request to a run's path, as the request wrapper sees it."""
+
+    session_id: str | None
+    started: bool = False  # the app has started the response
+    finished: bool = False  # ... and sent all of it
+    session_ended: bool = False  # the session was torn down while the request was handled
+
+
+#: The exchange the current task is handling (read by `_TeardownLogFilter`).
+_EXCHANGE: ContextVar[_Exchange | None] = ContextVar("subagent_engine_mcp_exchange", default=None)
+
+
+def _torn_down(exc: BaseException | None) -> bool:
+    """Whether `exc` is (only) what a session's teardown raises into one of its requests."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_torn_down(inner) for inner in exc.exceptions)
+    if isinstance(exc, UnexpectedMessageError):
+        # The SDK answers a teardown with a second response (HTTP 500) even when the first had
+        # gone out (a notification's 202); Hypercorn refuses it.
+        return _torn_down(exc.__context__)
+    return isinstance(exc, _TEARDOWN_ERRORS)
+
+
+class _TeardownLogFilter(logging.Filter):
+    """Demotes to debug the SDK's error reports (with traceback) of a session torn down while
+    one of its requests was handled, and marks that exchange's session as ended."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exchange = _EXCHANGE.get()
+        if exchange is None or exchange.session_id is None or record.exc_info is None:
+            return True
+        exc = record.exc_info[1]
+        if record.levelno <= logging.DEBUG or not _torn_down(exc):
+            return True
+        exchange.session_ended = True
+        record.msg = "%s: the session ended meanwhile (%r)"
+        record.args = (record.getMessage(), exc)
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        record.exc_info = record.exc_text = None
+        return True
 
 
 @attrs.define
@@ -112,6 +177,10 @@ class EndpointSettings:
     #: hundreds of runs whose parents call at once: the official mcp client opens a new
     #: connection for every tools/call, and a burst beyond the backlog is reset.
     backlog: int = attrs.field(default=1024, validator=_positive)
+    #: For a run whose parent names tool calls its own way (`Run.parent_call_ids = "parent"`,
+    #: Codex): how long a call may wait for the parent's stream to show the tool call it pairs
+    #: with, before it keeps the model's id.
+    parent_call_wait: float = attrs.field(default=5.0, validator=_positive)
 
     @correlation.validator
     def _check_correlation(self, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -188,17 +257,23 @@ class DelegationEndpoint:
         config.errorlog = logging.getLogger("hypercorn.error")
         config.graceful_timeout = 1.0
         config.backlog = settings.backlog
-        async with manager.run(), trio.open_nursery() as nursery:
-            self._manager = manager
-            binds = await nursery.start(hypercorn_serve, self._asgi, config)
-            self._base_url = str(binds[0]).rstrip("/")
-            try:
-                yield self
-            finally:
-                self._base_url = None
-                self._manager = None
-                self._slots.clear()
-                nursery.cancel_scope.cancel()
+        sdk_log = logging.getLogger(_SDK_TRANSPORT_LOGGER)
+        teardown_filter = _TeardownLogFilter()
+        sdk_log.addFilter(teardown_filter)
+        try:
+            async with manager.run(), trio.open_nursery() as nursery:
+                self._manager = manager
+                binds = await nursery.start(hypercorn_serve, self._asgi, config)
+                self._base_url = str(binds[0]).rstrip("/")
+                try:
+                    yield self
+                finally:
+                    self._base_url = None
+                    self._manager = None
+                    self._slots.clear()
+                    nursery.cancel_scope.cancel()
+        finally:
+            sdk_log.removeFilter(teardown_filter)
 
     # -- engine.RunEndpointProvider ----------------------------------------------------------
 
@@ -254,15 +329,50 @@ class DelegationEndpoint:
         scope[_SCOPE_CALLS] = calls
         # Binds each MCP session to the run whose token opened it.
         scope["user"] = AuthenticatedUser(AccessToken(token=run_id, client_id=run_id, scopes=[]))
+        exchange = _Exchange(session_id=_header(scope, b"mcp-session-id"))
+
+        async def watched_send(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                # Hypercorn commits the connection to a response before its first checkpoint:
+                # a start cancelled there (the SDK cancels a request's response when its
+                # session is torn down) would leave the request unable to get any answer.
+                await trio.lowlevel.checkpoint_if_cancelled()
+                exchange.started = True
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                exchange.finished = True
+            await send(message)
+
+        reset = _EXCHANGE.set(exchange)
         try:
-            await manager.handle_request(scope, receive, send)
+            await manager.handle_request(scope, receive, watched_send)
+        except Exception as exc:
+            # The session was torn down (a DELETE racing this request, e.g. a client that
+            # cancels a call and deletes its session at once; an idle timeout; shutdown) while
+            # this request was handled: the client's ordinary behaviour, answered below.
+            if exchange.session_id is None or not _torn_down(exc):
+                raise
+            exchange.session_ended = True
+            log.debug("a request ended with its session: %r", exc)
         finally:
+            _EXCHANGE.reset(reset)
             # A call whose POST ended before its result was written lost its client: the
             # legacy transport would keep it running, so it is cancelled here (and with it the
             # delegation and the remote task).
             for call_scope in calls:
                 self.calls_cancelled_by_disconnect += 1
                 call_scope.cancel()
+        if not exchange.session_ended:
+            return
+        if not exchange.started:
+            await _json_response(
+                send,
+                404,
+                "session_ended",
+                "The MCP session ended while this request was handled; initialize a new session.",
+            )
+        elif not exchange.finished:
+            # An SSE stream the teardown cut short: end it rather than leave it unterminated.
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     def _authenticate(self, run_id: str, scope: dict[str, Any]) -> _RunSlot | str:
         """The run's slot, or the reason (readable, echoing nothing) the request is refused."""
@@ -364,7 +474,21 @@ class DelegationEndpoint:
             return render_error(error, tool=params.name)
         request = call.request
         correlation = call.correlation
-        if request.parent_tool_call_id is None:
+        model_call_id = request.parent_tool_call_id
+        if model_call_id is not None and run.parent_call_ids == "parent":
+            # The parent's stream names this call by its own id (Codex: item_N): the events
+            # carry that id, so the page draws the subagent under the call; the model's is kept.
+            paired = await run.pair_parent_tool_call(
+                params.arguments, wait=self.settings.parent_call_wait
+            )
+            if paired is not None:
+                correlation = Correlation.MEDIUM
+                request = attrs.evolve(
+                    request,
+                    parent_tool_call_id=paired,
+                    metadata={**request.metadata, "model_tool_call_id": model_call_id},
+                )
+        elif model_call_id is None:
             mode = self.settings.correlation
             try:
                 claimed = run.claim_parent_tool_call(mode)
@@ -484,6 +608,13 @@ class _ProgressSummary:
         if self.tool_calls:
             parts.append(f"{self.tool_calls} tool call{'s' if self.tool_calls != 1 else ''}")
         return ", ".join(parts)
+
+
+def _header(scope: dict[str, Any], name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return bytes(value).decode("latin-1")
+    return None
 
 
 async def _lifespan(receive: Any, send: Any) -> None:

@@ -846,3 +846,63 @@ async def test_scenario_5_the_tool_blocks_until_the_input_request_is_answered(
 async def wait_for_kind_with_deadline(run: Run, kind: str) -> list[Any]:
     with trio.fail_after(20):
         return await wait_for_kind(run, kind)
+
+
+async def _parent_shows_call(run: Run, tool_call_id: str, arguments: dict[str, Any]) -> None:
+    await run.emit(
+        Kind.PARENT_TOOL_CALL_START, tool_call_id=tool_call_id, tool_name="delegate_to_agent"
+    )
+    await run.emit(Kind.PARENT_TOOL_CALL_ARGS, tool_call_id=tool_call_id, args=arguments)
+    await run.emit(Kind.PARENT_TOOL_CALL_END, tool_call_id=tool_call_id)
+
+
+async def test_a_parent_with_its_own_call_ids_gets_its_delegations_paired() -> None:
+    """Codex prints `item_N`, never the model's `call_id` (which only reaches `_meta`): with
+    `parent_call_ids = "parent"` each delegation carries the parent's id of the call with its
+    arguments (whatever order the calls arrive in, even before the parent printed the call),
+    and keeps the model's id as metadata."""
+    first_args, second_args = call_args(), call_args(objective="Something else entirely.")
+    async with (
+        open_endpoint_run([local_agent()]) as (_, eng, run),
+        mcp_session(run.endpoint) as session,
+    ):
+        run.parent_call_ids = "parent"
+        await _parent_shows_call(run, "item_1", first_args)
+        results: dict[str, Any] = {}
+
+        async def call(name: str, arguments: dict[str, Any], model_id: str) -> None:
+            results[name] = await session.call_tool(
+                "delegate_to_agent", arguments, meta={"callId": model_id}
+            )
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(call, "second", second_args, "call_B")
+            await wait_for_kind(run, Kind.PARENT_TOOL_CALL_END)  # the second call now waits
+            await trio.testing.wait_all_tasks_blocked()
+            await _parent_shows_call(run, "item_2", second_args)  # printed after the call came
+            nursery.start_soon(call, "first", first_args, "call_A")
+        events = await journal_events(eng, run.run_id)
+    assert results["first"].structured_content["parent_tool_call_id"] == "item_1"
+    assert results["second"].structured_content["parent_tool_call_id"] == "item_2"
+    started = [e for e in events if e.kind == Kind.STARTED]
+    by_call = {e.parent_tool_call_id: e for e in started}
+    assert set(by_call) == {"item_1", "item_2"}
+    assert by_call["item_1"].extra == {"model_tool_call_id": "call_A"}
+    assert by_call["item_2"].extra == {"model_tool_call_id": "call_B"}
+    assert results["first"].structured_content["metadata"] == {"model_tool_call_id": "call_A"}
+    # Every subagent is announced after its call's arguments ended, so it nests under it.
+    kinds = [(e.kind, e.tool_call_id or e.parent_tool_call_id) for e in events]
+    for item in ("item_1", "item_2"):
+        assert kinds.index((Kind.PARENT_TOOL_CALL_END, item)) < kinds.index((Kind.STARTED, item))
+
+
+async def test_a_call_the_parent_never_shows_keeps_the_models_id() -> None:
+    async with (
+        open_endpoint_run([local_agent()], parent_call_wait=0.2) as (_, _, run),
+        mcp_session(run.endpoint) as session,
+    ):
+        run.parent_call_ids = "parent"
+        result = await session.call_tool("delegate_to_agent", call_args(), meta={"callId": "c9"})
+    assert result.structured_content["parent_tool_call_id"] == "c9"
+    with pytest.raises(ValueError, match="parent_call_ids"):
+        run.parent_call_ids = "codex"

@@ -107,3 +107,54 @@ def test_medium_never_hands_out_a_call_twice_and_keeps_call_order(
                 handed.append(got)
     assert len(handed) == len(set(handed))
     assert ledger.unclaimed() == [t for t in started if t not in claimed]
+
+
+def call(ledger: ParentToolCalls, tool_call_id: str, args: object, *, end: bool = True) -> bool:
+    """The parent shows a delegation call with its arguments; True if `pair` may now find it."""
+    start(ledger, tool_call_id)
+    changed = ledger.observe("tool_call.args", tool_call_id, None, 0.0, args)
+    if end:
+        changed = ledger.observe("tool_call.end", tool_call_id, None, 0.0)
+    return changed
+
+
+def test_pairing_takes_the_call_with_the_same_arguments_else_the_oldest() -> None:
+    ledger = ParentToolCalls()
+    assert call(ledger, "item_1", {"agent": "a", "objective": "x"})
+    assert call(ledger, "item_2", {"agent": "b", "objective": "y"})
+    assert ledger.pair({"agent": "b", "objective": "y"}) == "item_2"  # not the oldest
+    assert ledger.pair({"agent": "b", "objective": "y"}) is None  # taken; item_1 is a's
+    assert ledger.pair({"agent": "b", "objective": "y"}, exact=False) == "item_1"  # last resort
+    assert ledger.pair({"agent": "a", "objective": "x"}, exact=False) is None  # none left
+
+
+def test_pairing_waits_for_complete_arguments() -> None:
+    """A call whose arguments are still streaming (no tool_call.end) is not paired: its
+    arguments may still make another call the right one."""
+    ledger = ParentToolCalls()
+    assert not call(ledger, "item_1", '{"agent": "a", ', end=False)
+    assert ledger.pair({"agent": "a", "objective": "x"}) is None
+    assert not ledger.observe("tool_call.args", "item_1", None, 0.0, '"objective": "x"}')
+    assert ledger.observe("tool_call.end", "item_1", None, 0.0)
+    assert ledger.pair({"agent": "a", "objective": "x"}) == "item_1"
+
+
+def test_streamed_json_arguments_are_read_whole_at_the_end() -> None:
+    ledger = ParentToolCalls()
+    start(ledger, "item_1")
+    start(ledger, "item_2")
+    for piece in ('{"agent": "a",', ' "objective": "x"}'):
+        ledger.observe("tool_call.args", "item_2", None, 0.0, piece)
+    ledger.observe("tool_call.end", "item_2", None, 0.0)
+    ledger.observe("tool_call.args", "item_1", None, 0.0, "{not json")
+    ledger.observe("tool_call.end", "item_1", None, 0.0)
+    assert ledger.pair({"agent": "a", "objective": "x"}) == "item_2"
+    assert ledger.pair(None) is None  # unreadable arguments match nothing
+    assert ledger.pair(None, exact=False) == "item_1"
+
+
+def test_a_strongly_claimed_call_is_never_paired() -> None:
+    ledger = ParentToolCalls()
+    call(ledger, "item_1", {"agent": "a"})
+    ledger.claim("item_1")
+    assert ledger.pair({"agent": "a"}) is None
