@@ -1,6 +1,30 @@
-"""Parent agents: what drives a run and calls `delegate_to_agent` (the scripted parent now; the
-Claude Code and Codex CLI adapters follow)."""
+"""Parent agents: what drives a run and calls `delegate_to_agent`.
 
+The scripted parent (no model), and the Claude Code and Codex CLIs run as a run's parent: their
+output parsers are sans-IO (`ClaudeStreamParser`, `CodexJsonlParser`), the process they run in is
+driven by one module (`adapters.parents._process`) for both.
+"""
+
+from adapters.parents._claude_code import (
+    ClaudeCodeConfig,
+    ClaudeCodeParent,
+    ClaudeStreamParser,
+    claude_command,
+)
+from adapters.parents._codex import (
+    CodexConfig,
+    CodexJsonlParser,
+    CodexParent,
+    codex_command,
+)
+from adapters.parents._process import (
+    TOKEN_ENV,
+    CliConfig,
+    ParentEvent,
+    ParentOutcome,
+    ParentProcessError,
+    Verdict,
+)
 from adapters.parents._scripted import (
     DEFAULT_SCRIPT,
     Answer,
@@ -10,4 +34,25 @@ from adapters.parents._scripted import (
     Think,
 )
 
-__all__ = ["DEFAULT_SCRIPT", "Answer", "Delegate", "Say", "ScriptedParent", "Think"]
+__all__ = [
+    "DEFAULT_SCRIPT",
+    "TOKEN_ENV",
+    "Answer",
+    "ClaudeCodeConfig",
+    "ClaudeCodeParent",
+    "ClaudeStreamParser",
+    "CliConfig",
+    "CodexConfig",
+    "CodexJsonlParser",
+    "CodexParent",
+    "Delegate",
+    "ParentEvent",
+    "ParentOutcome",
+    "ParentProcessError",
+    "Say",
+    "ScriptedParent",
+    "Think",
+    "Verdict",
+    "claude_command",
+    "codex_command",
+]
