@@ -580,6 +580,7 @@ class DelegationActor:
             redactor=run.engine._redactor,
         )
         self.done = trio.Event()
+        self._limit_cancelled = False
         self.scope = trio.CancelScope()
         self.cancel_reason = ""
         send, receive = trio.open_memory_channel[Answer](1)
@@ -671,6 +672,9 @@ class DelegationActor:
         )
         assert self.nursery is not None
         self._session = target.open_session(task, self.nursery)
+        fingerprint = getattr(self._session, "card_fingerprint", None)
+        if isinstance(fingerprint, str) and fingerprint:  # on results that fail before any update
+            self.state.card_fingerprint = fingerprint
         self._sent_task = True
         await self._call(self._session.start)
         # A session may have fallen back from streaming to polling (policy permitting).
@@ -700,19 +704,19 @@ class DelegationActor:
                         code=ErrorCode.STREAM_INTERRUPTED,
                         message="The remote stream ended before the task finished and could not "
                         "be recovered.",
-                        remote_status=state.status,
+                        remote_status=state.remote_status,
                     )
                 continue
             if caps.poll:
                 raise DelegationError(
                     code=ErrorCode.REMOTE_TIMEOUT,
                     message=f"The remote task did not finish within {polls} polls.",
-                    remote_status=state.status,
+                    remote_status=state.remote_status,
                 )
             raise DelegationError(
                 code=ErrorCode.STREAM_INTERRUPTED,
                 message="The remote stream ended before the task finished.",
-                remote_status=state.status,
+                remote_status=state.remote_status,
             )
 
     async def _call(self, method: Callable[..., Any], *args: Any) -> None:
@@ -730,7 +734,13 @@ class DelegationActor:
                 code=ErrorCode.MALFORMED_REMOTE_PAYLOAD,
                 message=f"The target emitted {type(update).__name__}, not a TargetUpdate.",
             )
-        await self._publish(self.state.feed(update))
+        events = self.state.feed(update)
+        if self.state.ended_by_limit and not self._limit_cancelled:
+            # Our limit ended it, not the remote: its task still runs and must be cancelled,
+            # and the result must say how that went, before the terminal is journaled.
+            self._limit_cancelled = True
+            self.state.note_remote_cancel(await self._cancel_remote())
+        await self._publish(events)
         if (self.state.terminal or self.state.awaiting_input is not None) and self._session_scope:
             self._session_scope.cancel()
 
@@ -745,7 +755,7 @@ class DelegationActor:
                 code=ErrorCode.INPUT_REQUIRED_UNSUPPORTED,
                 message="The remote agent asked for more input, which this agent's policy does "
                 "not allow: " + (self.state.awaiting_input or "no details given"),
-                remote_status=self.state.status,
+                remote_status=self.state.remote_status,
             )
         answer: Answer | None = None
         with trio.move_on_after(self.policy.input_wait_timeout):
@@ -755,7 +765,7 @@ class DelegationActor:
                 code=ErrorCode.INPUT_REQUIRED,
                 message=f"No answer to the remote's input request within "
                 f"{self.policy.input_wait_timeout:g} s.",
-                remote_status=self.state.status,
+                remote_status=self.state.remote_status,
             )
         self.state.resume()
         await self._publish(self.state.note_status("working"))
@@ -794,7 +804,7 @@ class DelegationActor:
                         DelegationError(
                             code=ErrorCode.REMOTE_TIMEOUT,
                             message=f"The remote task did not finish within {self.timeout:g} s.",
-                            remote_status=state.status,
+                            remote_status=state.remote_status,
                         ),
                         remote_cancel=remote_cancel,
                     )

@@ -97,12 +97,18 @@ class DelegationState:
         self.sequence = 0
         self.started = False
         self.terminal_kind: str | None = None
+        #: The last status shown (the remote's, or a host note such as `cancel_pending`).
         self.status: str | None = None
+        #: The remote's own last status: what errors report as `remote_status`.
+        self.remote_status: str | None = None
         self._status_text: str | None = None
         self.awaiting_input: str | None = None  # the remote's question while input is required
         self.remote_task_id: str | None = None
         self.remote_context_id: str | None = None
         self.card_fingerprint: str | None = None
+        #: Ended by one of our limits (text, artifact bytes) while the remote task still runs:
+        #: the actor must cancel it and say so with `note_remote_cancel`.
+        self.ended_by_limit = False
         self.ignored_after_terminal = 0
         self.ignored_duplicate_starts = 0
         self._open: dict[str, _OpenMessage] = {}
@@ -159,7 +165,7 @@ class DelegationState:
             self._artifact(out, update)
         elif kind == Kind.INPUT_REQUIRED:
             self.awaiting_input = update.text or ""
-            self.status = update.status or "input_required"
+            self.status = self.remote_status = update.status or "input_required"
             out.append(self._event(Kind.INPUT_REQUIRED, update, status=self.status))
         elif kind == Kind.FINISHED:
             if update.text:
@@ -204,14 +210,19 @@ class DelegationState:
         if not self.started:
             self._start(out, None)
         if remote_cancel == RemoteCancel.PENDING:
-            self._status(out, "cancel_pending", None)
+            self._status(out, "cancel_pending", None, remote=False)
         error = DelegationError(
             code=ErrorCode.CANCELLED,
             message=reason or "The delegation was cancelled.",
-            remote_status=self.status,
+            remote_status=self.remote_status,
         )
         self._finish(out, Status.CANCELLED, error, None, remote_cancel=remote_cancel)
         return out
+
+    def note_remote_cancel(self, remote_cancel: str) -> None:
+        """What became of the remote task after the delegation ended on our side (a limit)."""
+        if self._result is not None:
+            self._result = attrs.evolve(self._result, remote_cancel=remote_cancel)
 
     def stop_for_input(self) -> list[DelegationEvent]:
         """End with status `input_required` (policy `return`): the parent decides what next."""
@@ -221,7 +232,7 @@ class DelegationState:
         error = DelegationError(
             code=ErrorCode.INPUT_REQUIRED,
             message=f"The remote agent needs more input: {self.awaiting_input or 'unspecified'}",
-            remote_status=self.status,
+            remote_status=self.remote_status,
         )
         self._finish(out, Status.INPUT_REQUIRED, error, None)
         return out
@@ -234,7 +245,8 @@ class DelegationState:
         if not self.started:
             self._start(out, None)
         update = TargetUpdate(kind=Kind.STATUS, status=status, text=text)
-        self._status(out, status, self._redact_update(update) if self._redactor else update)
+        redacted = self._redact_update(update) if self._redactor else update
+        self._status(out, status, redacted, remote=False)
         return out
 
     # -- internals -----------------------------------------------------------------------
@@ -254,12 +266,21 @@ class DelegationState:
         event = self._event(Kind.STARTED, update, synthesized=update is None, extra=extra)
         out.append(event)
         if update is not None and update.status:
-            self.status = update.status
+            self.status = self.remote_status = update.status
 
     def _status(
-        self, out: list[DelegationEvent], status: str | None, update: TargetUpdate | None
+        self,
+        out: list[DelegationEvent],
+        status: str | None,
+        update: TargetUpdate | None,
+        *,
+        remote: bool = True,
     ) -> None:
+        """Show a status once per change; `remote=False` for the host's own notes, which
+        never count as the remote's status."""
         text = update.text if update is not None else None
+        if remote and status is not None:
+            self.remote_status = status
         if status is None or (status, text) == (self.status, self._status_text):
             return
         self.status = status
@@ -305,9 +326,10 @@ class DelegationState:
                         f"The remote's text and reasoning exceeded {self.policy.max_text_chars} "
                         "characters; the partial result is kept."
                     ),
-                    remote_status=self.status,
+                    remote_status=self.remote_status,
                     metadata={"limit_chars": self.policy.max_text_chars},
                 )
+                self.ended_by_limit = True
                 self._finish(out, Status.FAILED, error, None)
                 return
             open_message.parts.append(update.delta)
@@ -365,10 +387,11 @@ class DelegationState:
                     f"Artifacts exceeded the {self.policy.max_artifact_bytes}-byte limit "
                     f"(artifact {key!r}); the partial result is kept."
                 ),
-                remote_status=self.status,
+                remote_status=self.remote_status,
                 metadata={"artifact_id": key, "limit_bytes": self.policy.max_artifact_bytes},
             )
             out.append(self._event(Kind.ARTIFACT, update, artifact=artifact, error=error))
+            self.ended_by_limit = True
             self._finish(out, Status.FAILED, error, None)
             return
         previous = self._artifacts.get(key)
@@ -404,7 +427,7 @@ class DelegationState:
                     code=error.code,
                     message=error.message,
                     retryable=error.retryable,
-                    remote_status=error.remote_status or self.status,
+                    remote_status=error.remote_status or self.remote_status,
                     metadata=error.metadata,
                 )
             )

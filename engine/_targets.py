@@ -115,7 +115,9 @@ class TargetSession(Protocol):
     cancelled. `aclose()` is always called last and must not raise.
 
     A session may have a `streaming` attribute: read after `start()`, False means it fell back
-    from streaming to polling (e.g. the remote refused a streaming send), and the actor polls."""
+    from streaming to polling (e.g. the remote refused a streaming send), and the actor polls.
+    A `card_fingerprint` attribute (read when the session opens) goes on the result even when
+    the delegation fails before its first update."""
 
     async def start(self, emit: Emit) -> None:
         """Send the task. Streaming: emit progress until the remote stream ends. Otherwise:

@@ -342,6 +342,8 @@ class _A2ASession:
         self._emitted = trio.lowlevel.ParkingLot()
         self.task_id: str | None = None
         self.context_id: str | None = task.remote_context_id
+        #: The validated card this delegation uses (the actor puts it on every result).
+        self.card_fingerprint = target.fingerprint
         #: False once a refused streaming send fell back to polling (the actor reads it).
         self.streaming = task.stream
 

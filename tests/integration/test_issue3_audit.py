@@ -119,12 +119,6 @@ async def test_scenario_1_started_text_artifact_and_finished_with_the_task_id(
 # -- discovery: the fingerprint on every result ----------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GAP: a result that ends before the remote's first update (401, refused stream, "
-    "transport error) has card_fingerprint None although the card was fetched and validated: "
-    "the fingerprint reaches DelegationState only through the mapper's first update",
-)
 async def test_a_failed_result_carries_the_fingerprint_of_the_card_it_used(
     a2a_server: Any,
 ) -> None:
@@ -212,15 +206,6 @@ async def test_a_stale_snapshot_never_overrides_newer_streamed_state(
     assert result.error is not None and result.error.code == ErrorCode.STREAM_INTERRUPTED
 
 
-_HOST_STATUS_GAP = (
-    "BUG: DelegationState.note_status() (engine/_delegation.py) overwrites `status`, the "
-    "remote's last status, with host-side notes ('stream_interrupted', 'cancel_pending'); the "
-    "errors DelegationActor._execute() and ._conclude() (engine/_actors.py) build afterwards "
-    "then report that note as `remote_status` instead of the remote's last status"
-)
-
-
-@pytest.mark.xfail(strict=True, reason=_HOST_STATUS_GAP)
 async def test_remote_timeout_reports_the_remotes_last_status_when_the_cancel_is_pending(
     a2a_server: Any,
 ) -> None:
@@ -231,7 +216,6 @@ async def test_remote_timeout_reports_the_remotes_last_status_when_the_cancel_is
     assert result.error.remote_status == "working"
 
 
-@pytest.mark.xfail(strict=True, reason=_HOST_STATUS_GAP)
 async def test_stream_interrupted_reports_the_remotes_last_status(nursery: trio.Nursery) -> None:
     scenario = RawScenario(
         stream=[task_frame("t1", "TASK_STATE_WORKING")],
@@ -470,12 +454,6 @@ async def test_artifact_bytes_are_counted_across_appended_chunks_and_the_partial
     assert max(len(to_json(e.event)) for e in entries) < MAX_EVENT_JSON
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="GAP: a delegation ended locally by a policy limit (artifact_too_large, "
-    "output_too_large) never sends CancelTask: DelegationActor._conclude only cancels the "
-    "remote when the state is not terminal yet, so the remote task is left running",
-)
 async def test_a_delegation_ended_by_the_artifact_limit_cancels_its_remote_task(
     nursery: trio.Nursery,
 ) -> None:
