@@ -26,8 +26,8 @@ Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stre
 Streaming: each viewer reads the run journal from its cursor through its own bounded lanes (a
 slow viewer never slows the run or other viewers), everything ready is written as one body
 write (`feed_batch`), the run's viewers share the encoding of text deltas, every SSE stream
-opens with `retry: <reconnect_ms>`, and a keep-alive comment goes out when the run is idle. CORS is closed unless origins
-are configured.
+opens with `retry: <reconnect_ms>`, and a keep-alive comment goes out when the run is idle.
+CORS is closed unless origins are configured.
 """
 
 from __future__ import annotations
@@ -539,8 +539,8 @@ def _read_answer(document: Any) -> tuple[str, str | None, dict[str, Any] | None]
         raise HttpError(400, "bad_answer", "text must be a string.")
     if data is not None and not isinstance(data, dict):
         raise HttpError(400, "bad_answer", "data must be a JSON object.")
-    if text is None and data is None:
-        raise HttpError(400, "bad_answer", "An answer needs text or data.")
+    if (text is None or not text.strip()) and data is None:
+        raise HttpError(400, "bad_answer", "An answer needs text (not blank) or data.")
     return delegation_id, text, data
 
 

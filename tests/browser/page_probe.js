@@ -5,10 +5,18 @@
 //   window.__probe.timeline  a MutationObserver's record, in ms since the document started:
 //                            subagentText {card id: [[t, text length], ...]} each time a card's
 //                            own text grows, results {tool call id: t} when a result appears,
-//                            statuses [[t, state, text], ...] each time the status changes.
-//   window.__probe.view()    what the page shows: status, tool calls, subagent cards, messages.
+//                            statuses [[t, state, text], ...] each time the status changes,
+//                            cardStates {card id: [[t, state], ...]} each time a card's changes.
+//   window.__probe.view()    what the page shows: status, tool calls, subagent cards (with their
+//                            input requests), messages.
 (() => {
-  const timeline = { start: performance.now(), subagentText: {}, results: {}, statuses: [] };
+  const timeline = {
+    start: performance.now(),
+    subagentText: {},
+    results: {},
+    statuses: [],
+    cardStates: {},
+  };
   const ownTextNodes = (card) =>
     card.querySelectorAll(":scope > .sa-body > .sa-items > .message > .text");
 
@@ -21,6 +29,10 @@
       const series = (timeline.subagentText[id] ||= []);
       if (length > 0 && (series.length === 0 || series[series.length - 1][1] !== length)) {
         series.push([now, length]);
+      }
+      const states = (timeline.cardStates[id] ||= []);
+      if (states.length === 0 || states[states.length - 1][1] !== card.dataset.state) {
+        states.push([now, card.dataset.state]);
       }
     }
     for (const result of document.querySelectorAll(".tool-result[data-tool-call-id]")) {
@@ -81,6 +93,16 @@
           card.parentElement?.closest("details.subagent")?.dataset.subagentRunId ?? null,
         toolCalls: [...card.querySelectorAll(":scope > .sa-body > .sa-items > .tool-call")].map(
           (call) => call.dataset.toolCallId,
+        ),
+        // Its input requests: the question, whether the answer form is there, what it says.
+        inputs: [...card.querySelectorAll(":scope > .sa-body > .sa-items > .sa-input")].map(
+          (block) => ({
+            state: block.dataset.state,
+            question: textOf(block.querySelector(".sa-question .text")),
+            forms: block.querySelectorAll("form").length,
+            answered: textOf(block.querySelector(".answered")),
+            error: textOf(block.querySelector(".answer-error")) || null,
+          }),
         ),
       }),
     );

@@ -4,15 +4,17 @@ The server is `tests.browser.serve_demo`: `subagent-engine serve`'s composition 
 defaults (the scripted parent delegating over the real MCP endpoint to the two in-process demo
 agents, the default wire encoder, the packaged page), with the demo agents paced so that a run
 lasts about two seconds; a second one, with a replay window smaller than a run, serves the gap
-scenario. The browser is Debian's /usr/bin/chromium, headless, driven by Playwright's Python
-package (the `dev` extra; its sync API, outside any event loop) with that executable: nothing
-downloads a browser. One browser and one context serve the module; each scenario below is a
-module-scoped fixture that plays once, in tabs of its own (a fresh tab: fresh sessionStorage;
-the three visibility-mode runs play side by side), and returns what the page showed, read through
-the DOM by `page_probe.js`; the tests assert on that. Every wait is Playwright's, with a timeout:
-a page that never gets there fails the test. Canned streams (`synthetic.sse`) are served by the
-browser's router. Chromium is installed with apt-get when missing (as `./dev test` does); the
-tests skip only where it is missing and cannot be installed (not root, or no apt-get).
+scenario; a third (`--asking`) has a research agent that asks the viewer a question and waits for
+the answer, given through the card's form. The browser is Debian's /usr/bin/chromium, headless,
+driven by Playwright's Python package (the `dev` extra; its sync API, outside any event loop) with
+that executable: nothing downloads a browser. One browser and one context serve the module; each
+scenario below is a module-scoped fixture that plays once, in tabs of its own (a fresh tab: fresh
+sessionStorage; the three visibility-mode runs play side by side), and returns what the page
+showed, read through the DOM by `page_probe.js`; the tests assert on that. Every wait is
+Playwright's, with a timeout: a page that never gets there fails the test. Canned streams
+(`synthetic.sse`) are served by the browser's router. Chromium is installed with apt-get when
+missing (as `./dev test` does); the tests skip only where it is missing and cannot be installed
+(not root, or no apt-get).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from playwright.sync_api import (
     BrowserContext,
     ConsoleMessage,
     Error,
+    Locator,
     Page,
     Request,
     Route,
@@ -47,6 +50,7 @@ from playwright.sync_api import (
 )
 
 from tests.browser.cutting_proxy import CuttingProxy
+from tests.browser.serve_demo import BEFORE_ASKING, QUESTION
 from tests.servers.process import ready_server
 from web.serve import _page
 
@@ -80,6 +84,14 @@ SUBAGENT_TEXT_SHOWS = """() => [...document.querySelectorAll("details.subagent .
 WAS_RECONNECTING = """() => window.__probe.timeline.statuses
     .some(([, state]) => state === "reconnecting")"""
 VIEW = "() => window.__probe.view()"
+ANSWER = "1999"
+ANSWERED_TEXT = f"Checked the sources for {ANSWER}."
+EMPTY_REFUSED = "Type an answer first."  # the page's own message
+NOBODY = "del-nobody-waits"  # a delegation id the server has no waiting subagent for
+CAUGHT_UP = """(cursor) => {
+    const state = window.subagentPage.state();
+    return state.connections >= 2 && state.streamCursor !== null && state.streamCursor >= cursor;
+}"""
 PAGE_STATE = "() => window.subagentPage.state()"
 
 
@@ -134,6 +146,13 @@ def gap_server() -> Iterator[str]:
     argv = [sys.executable, "-m", "tests.browser.serve_demo", "--pause", "0"]
     argv += ["--replay-window", GAP_WINDOW]
     with ready_server(argv, cwd=REPO, name="gap page server") as (port, _, _):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def ask_server() -> Iterator[str]:
+    argv = [sys.executable, "-m", "tests.browser.serve_demo", "--pause", DEMO_PAUSE, "--asking"]
+    with ready_server(argv, cwd=REPO, name="asking page server") as (port, _, _):
         yield f"http://127.0.0.1:{port}"
 
 
@@ -200,6 +219,7 @@ def watch(
     browser: Browser,
     page_server: str,
     gap_server: str,
+    ask_server: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[PageWatch]:
     context = browser.new_context(viewport={"width": 1100, "height": 900})
@@ -207,7 +227,8 @@ def watch(
     context.add_init_script(path=HERE / "page_probe.js")
     shots = tmp_path_factory.mktemp("page-screenshots")
     try:
-        yield PageWatch(context, {_origin(page_server), _origin(gap_server)}, shots)
+        origins = {_origin(page_server), _origin(gap_server), _origin(ask_server)}
+        yield PageWatch(context, origins, shots)
     finally:
         context.close()
 
@@ -483,6 +504,141 @@ def reload(watch: PageWatch, page_server: str) -> dict[str, Any]:
         }
 
 
+def card(page: Page, name: str) -> Locator:
+    """The subagent card named `name`."""
+    return page.locator("details.subagent").filter(
+        has=page.locator(":scope > summary .sa-name", has_text=name)
+    )
+
+
+def answer_box(page: Page) -> Locator:
+    return card(page, "Research Agent").get_by_role("textbox", name="Your answer", exact=True)
+
+
+def answer_button(page: Page) -> Locator:
+    return card(page, "Research Agent").get_by_role("button", name="Answer", exact=True)
+
+
+def is_answer(request: Request) -> bool:
+    return request.method == "POST" and urlsplit(request.url).path.endswith("/answer")
+
+
+@pytest.fixture(scope="module")
+def ask(watch: PageWatch, ask_server: str) -> dict[str, Any]:
+    """(The asking server) Run; when the research agent asks, force a reconnect that replays the
+    request; submit an empty and a blank answer; submit one the server refuses (the browser's
+    router points it at a delegation nobody waits for); answer; force a reconnect while the
+    subagent goes on, another after the end, then reload the tab."""
+    with watch.page("ask") as page:
+        sent: list[dict[str, Any]] = []
+        page.on(
+            "request",
+            lambda r: sent.append(json.loads(r.post_data or "null")) if is_answer(r) else None,
+        )
+        page.goto(f"{ask_server}/")
+        start_run(page)
+        box, button = answer_box(page), answer_button(page)
+        box.wait_for()
+        asked = read_view(page)
+        # The request again, from a replay while the subagent waits: still one form.
+        cursor = page.evaluate(
+            "() => { const c = window.subagentPage.state().lastCursor;"
+            " window.subagentPage.reconnect(1); return c; }"
+        )
+        page.wait_for_function(CAUGHT_UP, arg=cursor)
+        replayed = read_view(page)
+        # Empty and blank answers: refused by the page itself, nothing sent.
+        button.click()
+        card(page, "Research Agent").get_by_text(EMPTY_REFUSED).wait_for()
+        empty = {
+            "view": read_view(page),
+            "invalid": box.get_attribute("aria-invalid"),
+            "focused": box.evaluate("(box) => document.activeElement === box"),
+        }
+        box.fill("   ")
+        button.click()
+        page.wait_for_function("() => document.activeElement?.name === 'answer'")
+        blank = read_view(page)
+        sent_before_server = len(sent)
+
+        # An answer the server refuses (409 not_waiting): its message shows in the card.
+        def to_nobody(route: Route) -> None:
+            body = json.loads(route.request.post_data or "{}")
+            route.continue_(post_data=json.dumps({**body, "delegationId": NOBODY}))
+
+        page.route("**/answer", to_nobody)
+        box.fill(ANSWER)
+        with page.expect_response(lambda r: is_answer(r.request)) as refused_response:
+            button.click()
+        card(page, "Research Agent").locator(".answer-error", has_text=NOBODY).wait_for()
+        page.unroute("**/answer", to_nobody)
+        refused = {
+            "view": read_view(page),
+            "status": refused_response.value.status,
+            "body": refused_response.value.json(),
+            "enabled": box.is_enabled() and button.is_enabled(),
+            "value": box.input_value(),
+        }
+        # The answer: 202, the form gives way, the subagent goes on with it.
+        with page.expect_response(lambda r: is_answer(r.request)) as accepted:
+            button.click()
+        card(page, "Research Agent").get_by_text(f"Answered: {ANSWER}").wait_for()
+        answered = read_view(page)
+        mid_run = page.evaluate(
+            "() => ({state: window.subagentPage.state(),"
+            " reconnected: window.subagentPage.reconnect(1)})"
+        )
+        wait_for_end(page)
+        after_run = read_view(page)
+        page.evaluate("() => window.subagentPage.reconnect(0)")
+        page.wait_for_function("() => !window.subagentPage.state().open")
+        after_replay = read_view(page)
+        page.reload()
+        wait_for_end(page)
+        after_reload = read_view(page)
+        return {
+            "asked": asked,
+            "replayed": replayed,
+            "empty": empty,
+            "blank": blank,
+            "sentBeforeServer": sent_before_server,
+            "refused": refused,
+            "acceptedStatus": accepted.value.status,
+            "answered": answered,
+            "midRun": mid_run,
+            "afterRun": after_run,
+            "afterReplay": after_replay,
+            "afterReload": after_reload,
+            "sent": sent,
+        }
+
+
+@pytest.fixture(scope="module")
+def ask_custom(watch: PageWatch, ask_server: str) -> dict[str, Any]:
+    """(The asking server) The same question in the custom visibility mode, answered."""
+    with watch.page("ask-custom") as page:
+        page.goto(f"{ask_server}/")
+        start_run(page, "custom")
+        answer_box(page).fill("2001")
+        asked = read_view(page)
+        answer_button(page).click()
+        wait_for_end(page)
+        return {"asked": asked, "view": read_view(page)}
+
+
+@pytest.fixture(scope="module")
+def ask_stop(watch: PageWatch, ask_server: str) -> dict[str, Any]:
+    """(The asking server) Run; while the research agent waits for its answer, press Stop."""
+    with watch.page("ask-stop") as page:
+        page.goto(f"{ask_server}/")
+        start_run(page)
+        answer_box(page).wait_for()
+        asked = read_view(page)
+        page.get_by_role("button", name="Stop the run").click()
+        wait_for_end(page)
+        return {"asked": asked, "view": read_view(page)}
+
+
 # --- reading a view ----------------------------------------------------------------------------
 
 
@@ -551,14 +707,19 @@ def test_the_page_stays_on_its_server_and_logs_no_errors(
     retry: dict[str, Any],
     gap: dict[str, Any],
     reload: dict[str, Any],
+    ask: dict[str, Any],
+    ask_custom: dict[str, Any],
+    ask_stop: dict[str, Any],
 ) -> None:
     # Every scenario above has played (this test asks for each); then what their pages did:
     assert watch.external_requests == []
-    # Chromium logs the stream the drop scenario cuts; nothing else may log an error.
+    # Chromium logs the stream the drop scenario cuts, and the answer the server refuses (409) in
+    # the ask scenario; nothing else may log an error.
     errors = [
         (scenario, text)
         for scenario, text in watch.console_errors
         if not (scenario == "drop" and "net::ERR_" in text)
+        and not (scenario == "ask" and "the server responded with a status of 409" in text)
     ]
     assert errors == []
 
@@ -803,3 +964,123 @@ def test_a_late_viewer_sees_the_gap_and_the_run_s_outcome(gap: dict[str, Any]) -
     assert states == {"Research Agent": "finished", "Review Agent": "finished"}
     assert all(card["parentToolCallId"] for card in view["subagents"])
     assert any(m["text"].startswith(FINAL_ANSWER_START) for m in view["parentMessages"])
+
+
+# --- a subagent that asks for input ------------------------------------------------------------
+
+
+def research_inputs(view: dict[str, Any]) -> list[dict[str, Any]]:
+    inputs: list[dict[str, Any]] = cards_by_name(view)["Research Agent"]["inputs"]
+    return inputs
+
+
+OPEN_QUESTION = {"state": "open", "question": QUESTION, "forms": 1, "answered": None, "error": None}
+
+
+def answered_question(text: str) -> dict[str, Any]:
+    return {
+        "state": "answered",
+        "question": QUESTION,
+        "forms": 0,
+        "answered": f"Answered: {text}",
+        "error": None,
+    }
+
+
+def test_the_question_shows_in_the_asking_subagent_s_card(ask: dict[str, Any]) -> None:
+    view = ask["asked"]
+    assert view["status"] == "running", view["statusText"]
+    research, review = (cards_by_name(view)[name] for name in ("Research Agent", "Review Agent"))
+    assert research["state"] == "input-required"
+    assert research["text"] == BEFORE_ASKING  # what it said before asking, then the question
+    assert research["inputs"] == [OPEN_QUESTION]
+    assert review["inputs"] == []
+    # The card is the one under the call that delegated to research, and the question is nowhere
+    # else in the transcript.
+    call = next(c for c in delegate_calls(view) if c["id"] == research["parentToolCallId"])
+    assert '"agent": "research"' in call["args"]
+    assert view["transcriptText"].count(QUESTION) == 1
+
+
+def test_a_replayed_request_draws_no_second_form(ask: dict[str, Any]) -> None:
+    view = ask["replayed"]
+    assert view["page"]["connections"] >= 2 and view["page"]["duplicates"] > 0
+    assert cards_by_name(view)["Research Agent"]["state"] == "input-required"
+    assert research_inputs(view) == [OPEN_QUESTION]
+
+
+def test_an_empty_answer_is_refused_by_the_page(ask: dict[str, Any]) -> None:
+    empty = ask["empty"]
+    assert research_inputs(empty["view"]) == [{**OPEN_QUESTION, "error": EMPTY_REFUSED}]
+    assert empty["invalid"] == "true" and empty["focused"]
+    assert research_inputs(ask["blank"]) == [{**OPEN_QUESTION, "error": EMPTY_REFUSED}]
+    assert cards_by_name(ask["blank"])["Research Agent"]["state"] == "input-required"
+    # Neither the empty nor the blank answer was sent; the two answers sent are the real ones.
+    assert ask["sentBeforeServer"] == 0
+    assert [body["text"] for body in ask["sent"]] == [ANSWER, ANSWER]
+
+
+def test_an_answer_the_server_refuses_shows_its_message_in_the_card(ask: dict[str, Any]) -> None:
+    refused = ask["refused"]
+    assert refused["status"] == 409 and refused["body"]["error"] == "not_waiting"
+    assert NOBODY in refused["body"]["message"]
+    # The server's own message, in the card; the form stays, with the answer, to try again.
+    assert research_inputs(refused["view"]) == [
+        {**OPEN_QUESTION, "error": refused["body"]["message"]}
+    ]
+    assert refused["enabled"] and refused["value"] == ANSWER
+
+
+def test_answering_lets_the_subagent_go_on_with_the_answer(ask: dict[str, Any]) -> None:
+    assert ask["acceptedStatus"] == 202
+    research_id = cards_by_name(ask["asked"])["Research Agent"]["id"]
+    assert [body["delegationId"] for body in ask["sent"]] == [research_id, research_id]
+    assert research_inputs(ask["answered"]) == [answered_question(ANSWER)]
+    view = ask["afterRun"]
+    assert view["status"] == "finished", view["statusText"]
+    research = cards_by_name(view)["Research Agent"]
+    assert research["state"] == "finished"
+    assert research["text"] == f"{BEFORE_ASKING}\n{ANSWERED_TEXT}"
+    assert research["outcome"] == f"FinishedChecked {ANSWER}."
+    assert cards_by_name(view)["Review Agent"]["inputs"] == []
+    # The card waited, went back to running when the subagent went on, then finished.
+    states = [state for _, state in view["timeline"]["cardStates"][research["id"]]]
+    waited = states.index("input-required")
+    assert states[waited + 1 :] == ["running", "finished"], states
+
+
+def test_an_answered_form_never_comes_back(ask: dict[str, Any]) -> None:
+    mid_run = ask["midRun"]
+    assert mid_run["reconnected"] and mid_run["state"]["status"] == "running"
+    after_run, after_replay, after_reload = (
+        ask[name] for name in ("afterRun", "afterReplay", "afterReload")
+    )
+    assert after_run["page"]["duplicates"] > 0  # the replay from cursor 1 resent the request
+    assert after_replay["page"]["duplicates"] > after_run["page"]["duplicates"]
+    assert after_reload["page"]["duplicates"] == 0  # a reload draws it all again, from scratch
+    for view in (after_run, after_replay, after_reload):
+        assert view["status"] == "finished", view["statusText"]
+        assert research_inputs(view) == [answered_question(ANSWER)]
+        assert cards_by_name(view)["Research Agent"]["text"] == f"{BEFORE_ASKING}\n{ANSWERED_TEXT}"
+    assert after_replay["transcriptText"] == after_run["transcriptText"]
+
+
+def test_custom_mode_asks_and_answers_in_the_card(ask_custom: dict[str, Any]) -> None:
+    asked = cards_by_name(ask_custom["asked"])["Research Agent"]
+    assert asked["state"] == "input-required" and asked["inputs"] == [OPEN_QUESTION]
+    view = ask_custom["view"]
+    assert view["page"]["agui"] and view["status"] == "finished", view["statusText"]
+    research = cards_by_name(view)["Research Agent"]
+    assert research["state"] == "finished"
+    assert research["text"] == f"{BEFORE_ASKING}\nChecked the sources for 2001."
+    assert research["inputs"] == [answered_question("2001")]
+
+
+def test_the_form_goes_when_the_run_ends_unanswered(ask_stop: dict[str, Any]) -> None:
+    assert research_inputs(ask_stop["asked"]) == [OPEN_QUESTION]
+    view = ask_stop["view"]
+    assert view["status"] == "cancelled", view["statusText"]
+    assert cards_by_name(view)["Research Agent"]["state"] == "cancelled"
+    assert research_inputs(view) == [
+        {"state": "closed", "question": QUESTION, "forms": 0, "answered": None, "error": None}
+    ]

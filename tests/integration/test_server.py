@@ -443,6 +443,14 @@ async def test_a_viewer_answers_a_subagent_waiting_for_input() -> None:
                     delegation = event["subagentRunId"]
                     bad = [
                         (await http.post(answer_url, json={"text": "x"}, headers=auth), 400),
+                        (
+                            await http.post(
+                                answer_url,
+                                json={"delegationId": delegation, "text": "  "},
+                                headers=auth,
+                            ),
+                            400,
+                        ),
                         (await http.post(answer_url, content=b"{", headers=auth), 400),
                         (
                             await http.post(
