@@ -16,6 +16,8 @@ a variable that is not set is an error at start, not at the first delegation.
 
     [parent]
     kind = "scripted"             # scripted | claude-code | codex
+    # for the CLIs: binary = "claude", model_endpoint = "http://127.0.0.1:8001",
+    # model = "...", api_key_env = "ANTHROPIC_API_KEY", args = [...], tool_timeout = 600
 
     [[agents]]
     key = "research"
@@ -35,6 +37,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -43,6 +46,13 @@ from typing import Any, Final
 import attrs
 
 from adapters.a2a import A2AAgentConfig, A2ATarget
+from adapters.parents import (
+    ClaudeCodeConfig,
+    ClaudeCodeParent,
+    CodexConfig,
+    CodexParent,
+    ScriptedParent,
+)
 from engine import AgentSpec, DelegationPolicy, EngineLimits, RegistryError, is_agent_key
 from engine._tool_input import AGENT_KEY_PATTERN
 
@@ -119,6 +129,8 @@ class ParentEntry:
     model: str | None = None
     args: tuple[str, ...] = ()
     api_key_env: str | None = None
+    binary: str | None = None  # the CLI (a path, or a name on PATH); default: claude / codex
+    tool_timeout: float | None = None  # seconds the CLI waits for one delegate_to_agent call
 
 
 @attrs.frozen
@@ -135,6 +147,34 @@ class HostConfig:
     @property
     def shortcuts(self) -> frozenset[str]:
         return frozenset(agent.key for agent in self.agents if agent.shortcut)
+
+    def parent_factory(self) -> Callable[[], Any]:
+        """A factory of the configured parent agent (`ScriptedParent`, `ClaudeCodeParent`,
+        `CodexParent`); a CLI that cannot be found is a `ConfigError` naming `parent.binary`."""
+        entry = self.parent
+        if entry.kind == "scripted":
+            return ScriptedParent
+        config_class: Any = ClaudeCodeConfig if entry.kind == "claude-code" else CodexConfig
+        options: dict[str, Any] = {"base_url": entry.model_endpoint, "model": entry.model}
+        options["extra_args"] = entry.args
+        if entry.binary is not None:
+            options["binary"] = entry.binary
+        if entry.api_key_env is not None:
+            options["api_key_env"] = entry.api_key_env
+        if entry.tool_timeout is not None:
+            options["tool_timeout"] = entry.tool_timeout
+        config = config_class(**options)
+        if shutil.which(config.binary) is None:
+            path = ("parent", "binary") if entry.binary else ("parent", "kind")
+            raise ConfigError(
+                self.source,
+                _line_of(self._lines, path),
+                _dotted(path),
+                f"the {entry.kind} CLI {config.binary!r} is not an executable on PATH "
+                f"(install it, or set parent.binary to its path)",
+            )
+        parent_class: Any = ClaudeCodeParent if entry.kind == "claude-code" else CodexParent
+        return lambda: parent_class(config)
 
     def agent_specs(self, environ: Mapping[str, str] | None = None) -> list[AgentSpec]:
         """The registry entries, credentials resolved from `environ` (default: os.environ).
@@ -361,13 +401,17 @@ class _Reader:
 
     def parent(self, value: Any) -> ParentEntry:
         path: _Path = ("parent",)
-        table = self.table(value, path, {"kind", "model_endpoint", "model", "args", "api_key_env"})
+        known = {"kind", "model_endpoint", "model", "args", "api_key_env", "binary", "tool_timeout"}
+        table = self.table(value, path, known)
+        timeout = self.get(table, path, "tool_timeout", (int, float), check=_positive)
         return ParentEntry(
             kind=self.get(table, path, "kind", str, "scripted", check=_one_of(PARENT_KINDS)),
             model_endpoint=self.get(table, path, "model_endpoint", str, check=_http_url),
             model=self.get(table, path, "model", str, check=_nonempty),
             args=self.strings(table, path, "args"),
             api_key_env=self.get(table, path, "api_key_env", str, check=_env_name),
+            binary=self.get(table, path, "binary", str, check=_nonempty),
+            tool_timeout=None if timeout is None else float(timeout),
         )
 
     def agent(self, value: Any, path: _Path) -> AgentEntry:

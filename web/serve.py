@@ -4,34 +4,29 @@ This module owns starting the server process: read and validate the TOML configu
 mistake reported with file, line and field before anything listens), build the agents and the
 parent, open the engine with its MCP endpoint, and serve the Quart-Trio app on Hypercorn's Trio
 worker until interrupted. With no file it serves the embedded defaults: the two in-process demo
-agents and the scripted parent, so it runs with no API keys.
+agents and the scripted parent, so it runs with no API keys. `[parent] kind = "claude-code"` or
+`"codex"` runs that CLI as each run's parent (found on PATH, or `binary`), against
+`model_endpoint` with `model`.
 """
 
 from __future__ import annotations
 
 import signal
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
 import trio
 
-from adapters.parents import ScriptedParent
 from web.config import ConfigError, HostConfig, load_config, parse_config
 from web.demo import demo_agents
-from web.server import create_app, default_encoder_factory, open_host, serve_app
+from web.server import ParentAgent, create_app, default_encoder_factory, open_host, serve_app
 
 __all__ = ["serve_main"]
 
 
-def _parent_factory(config: HostConfig) -> type[ScriptedParent]:
-    if config.parent.kind != "scripted":
-        raise ConfigError(
-            config.source,
-            None,
-            "parent.kind",
-            f"{config.parent.kind!r} parents are not available in this version; use 'scripted'",
-        )
-    return ScriptedParent
+def _parent_factory(config: HostConfig) -> Callable[[], ParentAgent]:
+    return config.parent_factory()
 
 
 async def _serve(config: HostConfig, host: str | None, port: int | None, out: TextIO) -> None:

@@ -1,4 +1,5 @@
-"""Fixtures for the integration tests: real A2A servers in their own processes."""
+"""Fixtures for the integration tests: real A2A servers in their own processes, the pinned
+agent CLIs (tests/cli_agents) and the scripted model they talk to."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import fcntl
 import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.node_packages import ensure_npm_packages
 from tests.servers.process import ready_server
 
 # --- @a2a-js/sdk server (tests/servers/a2a_js) -------------------------------------------------
@@ -136,3 +139,56 @@ def a2a_js_server() -> Iterator[A2AJsServer]:
             yield server
         finally:
             server._http.close()
+
+
+# --- the agent CLIs and their scripted model (tests/cli_agents, tests/servers/scripted_model) --
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CLI_DIR = REPO_ROOT / "tests" / "cli_agents"
+MODEL_KEY_ENV = "SCRIPTED_MODEL_API_KEY"
+CODEX_MODEL = "scripted-model"  # not a known model: Codex would hide MCP tools behind tool_search
+
+
+@dataclass
+class ScriptedModel:
+    """A running `python -m tests.servers.scripted_model` (see its docstring for the script)."""
+
+    base_url: str
+    _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
+
+    def requests(self) -> list[dict[str, Any]]:
+        """Every request the CLIs sent since the last `reset()`, oldest first."""
+        response = self._http.get(f"{self.base_url}/_test/log")
+        response.raise_for_status()
+        found: list[dict[str, Any]] = response.json()["requests"]
+        return found
+
+    def model_requests(self) -> list[dict[str, Any]]:
+        return [r for r in self.requests() if r["api"] is not None and r["method"] == "POST"]
+
+    def reset(self) -> None:
+        self._http.post(f"{self.base_url}/_test/reset").raise_for_status()
+
+
+@pytest.fixture(scope="module")
+def cli_bin() -> Path:
+    """tests/cli_agents/node_modules/.bin with the pinned CLIs (`npm ci` when stale)."""
+    ensure_npm_packages(CLI_DIR)  # fails, naming what to install, without Node.js and npm
+    return CLI_DIR / "node_modules" / ".bin"
+
+
+@pytest.fixture(scope="module")
+def scripted_model() -> Iterator[ScriptedModel]:
+    argv = [sys.executable, "-m", "tests.servers.scripted_model", "--port", "0", "--watch-stdin"]
+    with ready_server(argv, cwd=REPO_ROOT, name="scripted_model") as (port, _, _):
+        model = ScriptedModel(base_url=f"http://127.0.0.1:{port}")
+        try:
+            yield model
+        finally:
+            model._http.close()
+
+
+@pytest.fixture
+def model(scripted_model: ScriptedModel) -> ScriptedModel:
+    scripted_model.reset()
+    return scripted_model

@@ -21,22 +21,18 @@ import os
 import re
 import signal
 import subprocess
-import sys
-from collections.abc import Iterator
 from contextlib import suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import trio
 
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.mcp import DelegationEndpoint
 from engine import AgentSpec, Engine, Kind, Run, RunEndpoint, Status
-from tests.node_packages import ensure_npm_packages
-from tests.servers.process import ready_server
+from tests.integration.conftest import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
@@ -45,64 +41,16 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CLI_DIR = REPO_ROOT / "tests" / "cli_agents"
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "cli"
 UPDATE_FIXTURES = os.environ.get("SUBAGENT_ENGINE_UPDATE_CLI_FIXTURES") == "1"
 CLI_TIMEOUT = 60.0
 TOKEN_ENV = "SUBAGENTS_MCP_TOKEN"
-MODEL_KEY_ENV = "SCRIPTED_MODEL_API_KEY"
-CODEX_MODEL = "scripted-model"  # not a known model: Codex would hide MCP tools behind tool_search
 CLIS = ("claude", "codex")
 #: Stalls the in-process agent until the test ends it (the SIGINT tests).
 HANG = "[hang]"
 
 
 # --- the scripted model endpoint (tests/servers/scripted_model.py) ------------------------------
-
-
-@dataclass
-class ScriptedModel:
-    """A running `python -m tests.servers.scripted_model` (see its docstring for the script)."""
-
-    base_url: str
-    _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
-
-    def requests(self) -> list[dict[str, Any]]:
-        """Every request the CLIs sent since the last `reset()`, oldest first."""
-        response = self._http.get(f"{self.base_url}/_test/log")
-        response.raise_for_status()
-        found: list[dict[str, Any]] = response.json()["requests"]
-        return found
-
-    def model_requests(self) -> list[dict[str, Any]]:
-        return [r for r in self.requests() if r["api"] is not None and r["method"] == "POST"]
-
-    def reset(self) -> None:
-        self._http.post(f"{self.base_url}/_test/reset").raise_for_status()
-
-
-@pytest.fixture(scope="module")
-def cli_bin() -> Path:
-    """tests/cli_agents/node_modules/.bin with the pinned CLIs (`npm ci` when stale)."""
-    ensure_npm_packages(CLI_DIR)  # fails, naming what to install, without Node.js and npm
-    return CLI_DIR / "node_modules" / ".bin"
-
-
-@pytest.fixture(scope="module")
-def scripted_model() -> Iterator[ScriptedModel]:
-    argv = [sys.executable, "-m", "tests.servers.scripted_model", "--port", "0", "--watch-stdin"]
-    with ready_server(argv, cwd=REPO_ROOT, name="scripted_model") as (port, _, _):
-        model = ScriptedModel(base_url=f"http://127.0.0.1:{port}")
-        try:
-            yield model
-        finally:
-            model._http.close()
-
-
-@pytest.fixture
-def model(scripted_model: ScriptedModel) -> ScriptedModel:
-    scripted_model.reset()
-    return scripted_model
 
 
 # --- launching a CLI ------------------------------------------------------------------------------

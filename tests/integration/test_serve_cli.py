@@ -82,10 +82,12 @@ def test_a_missing_credential_fails_before_listening(
     assert "'NOPE_TOKEN' is not set" in capsys.readouterr().err
 
 
-def test_a_cli_parent_is_refused_clearly(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_a_cli_parent_that_is_not_installed_fails_before_listening(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
     path = tmp_path / "host.toml"
     path.write_text('[parent]\nkind = "codex"\n')
     assert serve_main(str(path)) == 2
-    assert "parent.kind: 'codex' parents are not available" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert "host.toml:2: parent.kind: the codex CLI 'codex' is not an executable on PATH" in error
