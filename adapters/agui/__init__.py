@@ -8,12 +8,15 @@ to the AG-UI verifier rules (`Rule`, `Violation`). Everything here is sans-IO: t
 """
 
 from adapters.agui._checker import Rule, StreamChecker, Violation, check_events, check_frames
+from adapters.agui._chunks import ChunkError, ChunkExpander
 from adapters.agui._encoder import MODES, AguiStreamEncoder, SharedEncoding, frame_events
 from adapters.agui._sse import SseError, parse_sse
 
 __all__ = [
     "MODES",
     "AguiStreamEncoder",
+    "ChunkError",
+    "ChunkExpander",
     "Rule",
     "SharedEncoding",
     "SseError",

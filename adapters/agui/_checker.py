@@ -38,18 +38,39 @@ The rules are @ag-ui/client 1.0.0's `verifyEvents` plus the ones it leaves out (
   group's terminal before its parent tool call's result;
 - `check_frames` also checks that SSE ids strictly increase.
 
-*_CHUNK events are checked for shape and attribution only (their implicit open/close is a
-consumer-side convenience this checker does not model), and the messages inside
-MESSAGES_SNAPSHOT or the RUN_STARTED input do not register owners.
+Chunks are judged as the client judges them: @ag-ui/client runs `transformChunks` between schema
+enforcement and `verifyEvents`, so every well-formed event first goes through
+`adapters.agui._chunks.ChunkExpander` (a chunk stripped, as enforcement strips it, to the fields
+its schema describes) and the rules above apply to what comes out: a TEXT_MESSAGE_CHUNK /
+TOOL_CALL_CHUNK / REASONING_MESSAGE_CHUNK as the START / CONTENT (ARGS) it expands to, and the
+ENDs the expansion inserts before an event that closes a pending chunk stream (a run event, the
+stream's subagent terminal, an explicit event of the same lane). A violation still names the
+index and type of the event as captured; its message says when it concerns an expanded event.
+Where the expansion itself throws, the checker reports it (with the client's message):
+`not_started` for a chunk that opens a stream without an id, `owner_mismatch` for a chunk whose
+tag contradicts the lane holding its id, `chunk_rejected` for an opening TOOL_CALL_CHUNK without
+`toolCallName`, a continuation that changes role / name / toolCallName / parentMessageId, or an
+id-less, untagged continuation while several lanes hold that kind. A chunk stream that stops
+without a terminal gets no synthesized END (the client discards them), only `missing_terminal`.
+
+Replayed history registers owners, as the client's verifier records them: each message of a
+MESSAGES_SNAPSHOT (replacing a recorded owner) and of the RUN_STARTED `input` (only ids not yet
+claimed), in the bucket its role streams through (reasoning, activity, else message), with an
+assistant message's tool calls under the message's owner; a later opener, continuation, tool
+call or chunk that names another subagent is an `owner_mismatch`, a message tagged
+`subagentRunId: null` is `malformed_event`, and a TOOL_CALL_RESULT may answer a call that only
+the replayed history holds.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Final
 
 import attrs
 from ag_ui.core import Event, EventType
+
+from adapters.agui._chunks import CHUNK_FIELDS, CHUNK_TYPES, ChunkError, ChunkExpander
 
 __all__ = [
     "Rule",
@@ -80,6 +101,18 @@ class Rule:
     RESULT_BEFORE_CALL_END: Final = "result_before_call_end"
     RESULT_BEFORE_SUBAGENT_END: Final = "result_before_subagent_end"
     ID_NOT_INCREASING: Final = "id_not_increasing"
+    CHUNK_REJECTED: Final = "chunk_rejected"
+
+
+#: The rule each `ChunkError.code` breaks.
+_CHUNK_RULES: Final = {
+    "missing_id": Rule.NOT_STARTED,
+    "owner_conflict": Rule.OWNER_MISMATCH,
+    "missing_name": Rule.CHUNK_REJECTED,
+    "field_conflict": Rule.CHUNK_REJECTED,
+    "ambiguous": Rule.CHUNK_REJECTED,
+    "not_an_object": Rule.MALFORMED_EVENT,
+}
 
 
 @attrs.frozen
@@ -148,6 +181,7 @@ class StreamChecker:
         self._active = False  # a run is started and not terminated
         self._finished = False  # the last run ended with RUN_FINISHED
         self._errored = False  # the stream ended with RUN_ERROR
+        self._chunks = ChunkExpander()
         self._reset()
 
     def _reset(self) -> None:
@@ -172,21 +206,56 @@ class StreamChecker:
         out: list[Violation] = []
         kind = event.get("type") if isinstance(event, dict) else None
         kind = kind if isinstance(kind, str) else None
+        said: set[tuple[str, str]] = set()
 
-        def report(rule: str, message: str) -> None:
-            out.append(Violation(self.index, rule, message, kind))
+        def reporter(note: str) -> Callable[[str, str], None]:
+            def report(rule: str, message: str) -> None:
+                if (rule, message) not in said:  # a chunk's START and CONTENT fail alike
+                    said.add((rule, message))
+                    out.append(Violation(self.index, rule, message + note, kind))
 
+            return report
+
+        report = reporter("")
         if not self._well_formed(event, kind, report):
             if self._first:
                 self._first = False
                 self._active = True
             return out
         assert isinstance(event, dict) and kind is not None
-        tag = event.get("subagentRunId") if kind not in _SUBAGENT_LIFECYCLE else None
         if kind in _NOT_ATTRIBUTABLE and "subagentRunId" in event:
             report(
                 Rule.NOT_ATTRIBUTABLE, f"{kind} describes the whole run and cannot be attributed"
             )
+
+        # The client expands chunks (after enforcing the schema, which strips what a chunk's
+        # schema does not describe) before it verifies: judge what it would verify.
+        if kind in CHUNK_TYPES:
+            event = {k: v for k, v in event.items() if k in CHUNK_FIELDS[kind]}
+        failure: ChunkError | None = None
+        try:
+            expanded = self._chunks.feed(event)
+        except ChunkError as exc:
+            failure, expanded = exc, exc.partial
+        for item in expanded:
+            if item is event:
+                self._check(item, report)
+            elif kind in CHUNK_TYPES:
+                self._check(item, reporter(f" (in the {item['type']} this chunk expands to)"))
+            else:
+                note = f" (in the {item['type']} chunk expansion inserts before this event)"
+                self._check(item, reporter(note))
+        if failure is not None:
+            report(_CHUNK_RULES[failure.code], failure.message)
+            if self._first:
+                self._first = False
+                self._active = True
+        return out
+
+    def _check(self, event: dict[str, Any], report: Callable[[str, str], None]) -> None:
+        """The rules for one event as the verifier sees it (chunks already expanded)."""
+        kind: str = event["type"]
+        tag = event.get("subagentRunId") if kind not in _SUBAGENT_LIFECYCLE else None
 
         if self._first:
             self._first = False
@@ -194,19 +263,21 @@ class StreamChecker:
                 report(Rule.FIRST_EVENT, "the first event must be RUN_STARTED (or RUN_ERROR)")
             self._active = True
             if kind == "RUN_STARTED":
-                return out
+                self._seed_owners(_input_messages(event), False, report)
+                return
         elif self._errored or self._finished:
             if kind == "RUN_STARTED":  # a new run on the same stream
                 self._finished = self._errored = False
                 self._active = True
                 self._reset()
+                self._seed_owners(_input_messages(event), False, report)
             else:
                 ended = "RUN_ERROR" if self._errored else "RUN_FINISHED"
                 report(Rule.AFTER_TERMINAL, f"after {ended} only a new RUN_STARTED may come")
-            return out
+            return
         elif kind == "RUN_STARTED":
             report(Rule.RUN_ALREADY_STARTED, "RUN_STARTED while a run is still active")
-            return out
+            return
 
         if tag is not None:
             subagent = self._subagents.get(tag)
@@ -216,10 +287,10 @@ class StreamChecker:
         handler = getattr(self, "_on_" + kind.lower(), None)
         if handler is not None:
             handler(event, tag, report)
-        return out
 
     def finish(self) -> list[Violation]:
         """Violations of the stream's end: no events at all, or no terminal."""
+        self._chunks.close()  # as the client's: pending chunk streams get no END
         index = self.index + 1
         if self._first:
             return [Violation(index, Rule.MISSING_TERMINAL, "the stream has no events")]
@@ -299,6 +370,43 @@ class StreamChecker:
             report(Rule.NOT_STARTED, f"{what} is not open")
         elif not self._mismatch(owners, key, tag, what, report) and close:
             active.discard(key)
+
+    def _seed_owners(self, messages: Any, authoritative: bool, report: Any) -> None:
+        """Owners from replayed history, as @ag-ui/client's verifier records them: each message
+        of a MESSAGES_SNAPSHOT (`authoritative`: its owner replaces a recorded one) or of the
+        RUN_STARTED input (only ids nobody claimed yet), in the bucket its role streams through,
+        and an assistant message's tool calls under the message's owner."""
+        if not isinstance(messages, list):
+            return
+        for message in messages:
+            if not isinstance(message, dict) or not isinstance(message.get("id"), str):
+                continue
+            mid = message["id"]
+            if "subagentRunId" in message and message["subagentRunId"] is None:
+                report(
+                    Rule.MALFORMED_EVENT,
+                    f"message {mid!r} has subagentRunId null (leave it out instead)",
+                )
+                return
+            owner = message.get("subagentRunId")
+            role = message.get("role")
+            owners = (
+                self._reasoning_owner
+                if role == "reasoning"
+                else self._activity_owner
+                if role == "activity"
+                else self._message_owner
+            )
+            if authoritative or mid not in owners:
+                owners[mid] = owner
+            calls = message.get("toolCalls")
+            for call in calls if isinstance(calls, list) else ():
+                cid = call.get("id") if isinstance(call, dict) else None
+                if isinstance(cid, str) and (authoritative or cid not in self._call_owner):
+                    self._call_owner[cid] = owner
+
+    def _on_messages_snapshot(self, event: dict[str, Any], tag: Any, report: Any) -> None:
+        self._seed_owners(event.get("messages"), True, report)
 
     # -- text, tool calls, reasoning, steps --------------------------------------------------
 
@@ -506,6 +614,11 @@ class StreamChecker:
     def _on_run_error(self, event: dict[str, Any], tag: Any, report: Any) -> None:
         self._errored = True
         self._active = False
+
+
+def _input_messages(event: dict[str, Any]) -> Any:
+    run_input = event.get("input")
+    return run_input.get("messages") if isinstance(run_input, dict) else None
 
 
 def check_events(events: Iterable[Any]) -> list[Violation]:
