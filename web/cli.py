@@ -1,8 +1,8 @@
 """The `subagent-engine` command: one console script, one subcommand per job.
 
 This module only parses arguments and dispatches; each job lives in its own module
-(`web.demo`, `web.serve`, `web.check_stream`, `web.bench`, `web.bench_a2a`, `web.bench_mcp`).
-Later issues add `a2a-serve` and `soak` here.
+(`web.demo`, `web.serve`, `web.a2a_serve`, `web.check_stream`, `web.bench`, `web.bench_a2a`,
+`web.bench_mcp`). A later issue adds `soak` here.
 """
 
 from __future__ import annotations
@@ -38,6 +38,55 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (default: the config's, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default: the config's, 8080; 0: any)")
+
+    a2a_serve = sub.add_parser(
+        "a2a-serve",
+        help="serve a parent agent (scripted, claude-code, codex) as an A2A 1.0 agent",
+    )
+    a2a_serve.add_argument(
+        "--parent",
+        choices=("scripted", "claude-code", "codex"),
+        help="the parent agent to serve (default: the config's [parent] kind, else scripted)",
+    )
+    a2a_serve.add_argument(
+        "--config",
+        metavar="FILE",
+        help="host configuration (TOML): [parent] model settings, [[agents]] it may delegate to",
+    )
+    a2a_serve.add_argument("--host", help="address to listen on (default: the config's)")
+    a2a_serve.add_argument("--port", type=int, help="port (default: 0, any free port)")
+    a2a_serve.add_argument("--name", help="the agent card's name")
+    a2a_serve.add_argument("--description", help="the agent card's description")
+    a2a_serve.add_argument(
+        "--skill",
+        action="append",
+        default=[],
+        metavar="NAME[=DESCRIPTION]",
+        help="a skill the card advertises (repeatable; default: one named after the agent)",
+    )
+    a2a_serve.add_argument(
+        "--script",
+        choices=("reply", "slow"),
+        default="reply",
+        help="the scripted parent's script (reply: a short answer; slow: ~15 s of text)",
+    )
+    a2a_serve.add_argument("--binary", help="the CLI binary of a claude-code or codex parent")
+    a2a_serve.add_argument("--public-url", help="the base URL the card advertises (proxies)")
+    a2a_serve.add_argument(
+        "--cancel-grace",
+        type=float,
+        default=4.0,
+        metavar="SECONDS",
+        help="how long CancelTask waits for the parent to stop before it answers canceled",
+    )
+    a2a_serve.add_argument(
+        "--token-env",
+        metavar="NAME",
+        help="require 'Authorization: Bearer <the value of NAME>' on every call but the card's",
+    )
+    a2a_serve.add_argument(
+        "--watch-stdin", action="store_true", help="exit when stdin closes (child processes)"
+    )
 
     check = sub.add_parser(
         "check-stream",
@@ -95,6 +144,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         from web.serve import serve_main
 
         return serve_main(args.config, host=args.host, port=args.port)
+    if args.command == "a2a-serve":
+        from web.a2a_serve import a2a_serve_main
+
+        return a2a_serve_main(
+            parent=args.parent,
+            config_path=args.config,
+            host=args.host,
+            port=args.port,
+            name=args.name,
+            description=args.description,
+            skills=args.skill,
+            script=args.script,
+            binary=args.binary,
+            public_url=args.public_url,
+            cancel_grace=args.cancel_grace,
+            watch_stdin=args.watch_stdin,
+            token_env=args.token_env,
+        )
     if args.command == "check-stream":
         from web.check_stream import check_stream_main
 

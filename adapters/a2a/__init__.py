@@ -2,11 +2,14 @@
 
 `A2ATarget(A2AAgentConfig(card_url=...))` is what a host registers under an agent key
 (`AgentSpec(key=..., protocol="a2a", target=..., secrets=config.secrets)`). The translation is
-sans-IO (`_mapping`, `_card`); `_target` holds the I/O (a2a-sdk client under Trio).
+sans-IO (`_mapping`, `_card`); `_target` holds the I/O (a2a-sdk client under Trio). The served
+side, a parent run shown as an A2A task (`subagent-engine a2a-serve`), is `_serve_mapping`
+(`ParentTaskMapper`, sans-IO); its I/O lives in `web.a2a_serve`.
 """
 
 from adapters.a2a._card import CardInfo, card_fingerprint, validate_card
 from adapters.a2a._mapping import A2AEventMapper
+from adapters.a2a._serve_mapping import ParentTaskMapper
 from adapters.a2a._target import A2AAgentConfig, A2ATarget
 
 __all__ = [
@@ -14,6 +17,7 @@ __all__ = [
     "A2AEventMapper",
     "A2ATarget",
     "CardInfo",
+    "ParentTaskMapper",
     "card_fingerprint",
     "validate_card",
 ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from typing import Any
 
 import attrs
@@ -29,14 +30,19 @@ __all__ = ["DEFAULT_SCRIPT", "Answer", "Delegate", "Say", "ScriptedParent", "Thi
 
 @attrs.frozen
 class Say:
-    """Stream one assistant message; `{prompt}` is replaced by the user's prompt."""
+    """Stream one assistant message; `{prompt}` is replaced by the user's prompt. `pause`:
+    seconds to wait before each chunk after the first (a slow parent, for tests and demos)."""
 
     chunks: tuple[str, ...]
+    pause: float = 0.0
 
 
 @attrs.frozen
 class Think:
+    """Stream one reasoning message, like `Say`."""
+
     chunks: tuple[str, ...]
+    pause: float = 0.0
 
 
 @attrs.frozen
@@ -77,15 +83,22 @@ class ScriptedParent:
         self.name = name
 
     async def run(self, run: Run, prompt: str) -> list[dict[str, Any]]:
-        """Play the script in `run`; returns the structured results of its tool calls."""
-        if run.endpoint is None:
+        """Play the script in `run`; returns the structured results of its tool calls.
+
+        Only a script with a `Delegate` step needs the run's MCP endpoint (and connects to it).
+        """
+        delegates = any(isinstance(step, Delegate) for step in self.script)
+        if delegates and run.endpoint is None:
             raise RuntimeError(
                 "the scripted parent calls delegate_to_agent over MCP: open the run on an Engine "
                 "with an endpoint provider (adapters.mcp.DelegationEndpoint)"
             )
         ids = itertools.count(1)
         results: list[dict[str, Any]] = []
-        async with connect(run.endpoint) as session:
+        session_cm: AbstractAsyncContextManager[Any] = (
+            connect(run.endpoint) if delegates and run.endpoint is not None else nullcontext()
+        )
+        async with session_cm as session:
             for step in self.script:
                 if isinstance(step, Say):
                     await _message(run, f"msg-{next(ids)}", Kind.PARENT_TEXT_START, step, prompt)
@@ -119,7 +132,9 @@ _KINDS = {
 async def _message(run: Run, message_id: str, start: str, step: Say | Think, prompt: str) -> None:
     delta, end = _KINDS[start]
     await run.emit(start, message_id=message_id, role="assistant")
-    for chunk in step.chunks:
+    for index, chunk in enumerate(step.chunks):
+        if index and step.pause > 0:
+            await trio.sleep(step.pause)
         await run.emit(delta, message_id=message_id, delta=chunk.replace("{prompt}", prompt))
     await run.emit(end, message_id=message_id)
 

@@ -1,0 +1,604 @@
+"""`subagent-engine a2a-serve`: a parent agent served as an A2A 1.0 agent, used by an engine.
+
+The server runs as a child process (`python -m web.cli a2a-serve --watch-stdin ...`, READY line,
+own process group), with the scripted parent: `--script reply` answers at once, `--script slow`
+streams for about 15 s (for cancelling mid-stream). The client side is the engine's real
+`A2ATarget` (adapters/a2a) and, for GetTask / SubscribeToTask / CancelTask on each binding, the
+a2a-sdk client itself. What is left running is read from the server's `/healthz` (tasks and
+parent run threads alive), and a SIGTERM mid-task must end the process cleanly with exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import trio
+from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    TaskState,
+)
+from a2a.utils.errors import UnsupportedOperationError
+
+from adapters.a2a import A2AAgentConfig, A2ATarget, validate_card
+from engine import (
+    AgentSpec,
+    DelegationRequest,
+    DelegationResult,
+    Engine,
+    ErrorCode,
+    Kind,
+    RemoteCancel,
+    Status,
+)
+from tests.node_packages import ensure_npm_packages
+from tests.servers.process import ready_server
+from web._child_process import read_ready_port, stop_process_group
+from web.a2a_serve import MAX_BATCHES_IN_FLIGHT, A2AServeOptions, ParentRunThread
+
+pytestmark = pytest.mark.filterwarnings(
+    # The a2a-sdk JSON-RPC client raises a stream's error (SubscribeToTask on a finished task)
+    # while its inner SSE generator is suspended, and never closes that generator.
+    "ignore:Exception ignored in.*send_http_stream_request:pytest.PytestUnraisableExceptionWarning",
+)
+
+REPO = Path(__file__).resolve().parents[2]
+JSONRPC, REST = "JSONRPC", "HTTP+JSON"
+BINDINGS = (JSONRPC, REST)
+OBJECTIVE = "Summarize the design"
+REPLY = f"You asked: {OBJECTIVE}. Here is the scripted answer."
+SLOW_TEXT = "".join(f"chunk {i} " for i in range(300))
+
+
+@dataclass
+class ServedAgent:
+    """A running `a2a-serve` process."""
+
+    port: int
+    pid: int
+    stderr_path: str
+    _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def card_url(self) -> str:
+        return f"{self.base_url}/.well-known/agent-card.json"
+
+    def health(self) -> dict[str, Any]:
+        response = self._http.get(f"{self.base_url}/healthz")
+        response.raise_for_status()
+        found: dict[str, Any] = response.json()
+        return found
+
+    async def idle(self, within: float = 10.0) -> dict[str, Any]:
+        """Wait until no task runs and no parent thread is alive; the last health reading."""
+        with trio.move_on_after(within):
+            while True:
+                health = self.health()
+                if health["tasks_running"] == 0 and health["parent_threads"] == 0:
+                    return health
+                await trio.sleep(0.05)
+        return self.health()
+
+    def stderr(self) -> str:
+        return Path(self.stderr_path).read_text(errors="replace")
+
+
+def a2a_serve_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "web.cli", "a2a-serve", "--port", "0", "--watch-stdin", *args]
+
+
+@contextmanager
+def served_agent(*args: str) -> Iterator[ServedAgent]:
+    """A running `a2a-serve` (it inherits this process's environment)."""
+    argv = a2a_serve_argv(*args)
+    with ready_server(argv, cwd=REPO, name="a2a_serve") as (port, pid, stderr_path):
+        agent = ServedAgent(port=port, pid=pid, stderr_path=stderr_path)
+        try:
+            yield agent
+        finally:
+            agent._http.close()
+
+
+@pytest.fixture(scope="module")
+def reply_agent() -> Iterator[ServedAgent]:
+    with served_agent("--parent", "scripted", "--name", "echo", "--skill", "answer=Answers") as a:
+        yield a
+
+
+@pytest.fixture(scope="module")
+def slow_agent() -> Iterator[ServedAgent]:
+    with served_agent("--parent", "scripted", "--script", "slow") as agent:
+        yield agent
+
+
+def agent_spec(served: ServedAgent, *, binding: str = JSONRPC) -> AgentSpec:
+    config = A2AAgentConfig(card_url=served.card_url, bindings=(binding,), prefer_own_bindings=True)
+    return AgentSpec(key="served", protocol="a2a", target=A2ATarget(config))
+
+
+async def delegate(spec: AgentSpec) -> tuple[DelegationResult, list[Any]]:
+    """One delegation to its end; (result, the delegation's journal events)."""
+    async with Engine([spec]) as eng:
+        async with eng.open_run() as run:
+            result = await run.delegate(DelegationRequest(agent=spec.key, objective=OBJECTIVE))
+        journal = eng.journal(run.run_id)
+        assert journal is not None
+        async with journal.subscribe() as sub:
+            events = [e.event async for e in sub if e.event.delegation_id == result.delegation_id]
+    await spec.target.aclose()  # type: ignore[attr-defined]
+    return result, events
+
+
+@asynccontextmanager
+async def sdk_client(served: ServedAgent, binding: str) -> AsyncIterator[Client]:
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        card = await A2ACardResolver(http, served.base_url).get_agent_card()
+        config = ClientConfig(httpx_client=http, supported_protocol_bindings=[binding])
+        client = ClientFactory(config).create(card)
+        try:
+            yield client
+        finally:
+            await client.close()
+
+
+def message(text: str) -> SendMessageRequest:
+    return SendMessageRequest(
+        message=Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
+    )
+
+
+def state_of(event: StreamResponse) -> str:
+    kind = event.WhichOneof("payload")
+    if kind == "task":
+        return "task:" + TaskState.Name(event.task.status.state)
+    if kind == "status_update":
+        return TaskState.Name(event.status_update.status.state)
+    return str(kind)
+
+
+def chunk_text(events: list[StreamResponse]) -> str:
+    return "".join(
+        part.text
+        for event in events
+        if event.HasField("artifact_update")
+        for part in event.artifact_update.artifact.parts
+    )
+
+
+# --- the card --------------------------------------------------------------------------------
+
+
+def test_the_card_validates_with_both_bindings_streaming_and_the_skills(
+    reply_agent: ServedAgent,
+) -> None:
+    document = httpx.get(reply_agent.card_url, timeout=5).json()
+    info = validate_card(document)
+    assert info.name == "echo"
+    assert info.streaming is True
+    assert [(i.binding, i.usable) for i in info.interfaces] == [(JSONRPC, True), (REST, True)]
+    assert all(i.url.startswith(reply_agent.base_url) for i in info.interfaces)
+    assert [(s.id, s.name, s.description) for s in info.skills] == [("answer", "answer", "Answers")]
+    assert reply_agent.health() == {
+        "status": "ok",
+        "parent": "scripted",
+        "tasks_running": 0,
+        "parent_threads": 0,
+    }
+
+
+# --- (a), (b): the engine delegates through its real A2A target, on each binding -------------
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_the_engine_delegates_and_sees_the_parent_stream_as_a_subagent(
+    reply_agent: ServedAgent, binding: str
+) -> None:
+    result, events = await delegate(agent_spec(reply_agent, binding=binding))
+    assert result.status == Status.COMPLETED, result
+    assert result.summary == REPLY
+    kinds = [e.kind for e in events]
+    assert kinds[0] == Kind.STARTED and kinds[-1] == Kind.FINISHED
+    assert kinds.count(Kind.FINISHED) == 1
+    text = "".join(e.delta for e in events if e.kind == Kind.TEXT_DELTA)
+    assert text == REPLY
+    assert [m.text for m in result.messages] == [REPLY]
+    thoughts = [e.text for e in events if e.kind == Kind.STATUS and e.text]
+    assert thoughts == ["Reading the task, then answering."]
+    assert kinds.index(Kind.STATUS) < kinds.index(Kind.TEXT_DELTA) < kinds.index(Kind.FINISHED)
+    assert result.remote_task_id and result.card_fingerprint
+    assert (await reply_agent.idle())["parent_threads"] == 0
+
+
+# --- (c): cancel through the engine ----------------------------------------------------------
+
+
+async def test_cancelling_the_run_cancels_the_task_and_stops_the_parent(
+    slow_agent: ServedAgent,
+) -> None:
+    spec = agent_spec(slow_agent)
+    streamed = ""
+    async with Engine([spec]) as eng:
+        async with eng.open_run() as run:
+            handle = run.start_delegation(DelegationRequest(agent="served", objective="x"))
+            with trio.fail_after(10):
+                async with run.events() as events:
+                    async for entry in events:
+                        if entry.event.kind == Kind.TEXT_DELTA:
+                            streamed += entry.event.delta or ""
+                            if "chunk 3 " in streamed:
+                                break
+            assert slow_agent.health()["parent_threads"] == 1
+            started = time.monotonic()
+            run.cancel("user pressed stop")
+        result = handle.result()
+        cancel_seconds = time.monotonic() - started
+        assert eng.active_delegations == 0 and eng.open_runs == 0
+    await spec.target.aclose()  # type: ignore[attr-defined]
+    assert result.status == Status.CANCELLED, result
+    assert result.remote_cancel == RemoteCancel.CONFIRMED
+    assert cancel_seconds < 3.0
+    # At the server: the A2A task is canceled, its text cut short, and nothing runs any more.
+    async with sdk_client(slow_agent, JSONRPC) as client:
+        task = await client.get_task(GetTaskRequest(id=result.remote_task_id or ""))
+    assert task.status.state == TaskState.TASK_STATE_CANCELED
+    assert "CancelTask" in task.status.message.parts[0].text
+    served = "".join(p.text for p in task.artifacts[0].parts)
+    assert served.startswith("chunk 0 chunk 1 chunk 2 chunk 3 ") and served != SLOW_TEXT
+    health = await slow_agent.idle()
+    assert health["tasks_running"] == 0 and health["parent_threads"] == 0
+
+
+# --- (d): GetTask, SubscribeToTask, CancelTask with the SDK client, each binding -------------
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_get_task_after_the_end_has_the_final_state_and_subscribe_is_refused(
+    reply_agent: ServedAgent, binding: str
+) -> None:
+    async with sdk_client(reply_agent, binding) as client:
+        with trio.fail_after(10):
+            events = [event async for event in client.send_message(message(OBJECTIVE))]
+        assert [state_of(e) for e in events] == [
+            "task:TASK_STATE_SUBMITTED",
+            "TASK_STATE_WORKING",
+            "TASK_STATE_WORKING",
+            "artifact_update",
+            "artifact_update",
+            "TASK_STATE_COMPLETED",
+        ]
+        task_id = events[0].task.id
+        task = await client.get_task(GetTaskRequest(id=task_id))
+        # A2A 1.0 (10.4.6): SubscribeToTask on a task in a terminal state is refused.
+        with pytest.raises(UnsupportedOperationError):
+            async for _ in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+                pass
+    assert task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert task.status.message.parts[0].text == REPLY
+    [artifact] = task.artifacts
+    assert artifact.name == "assistant-output"
+    assert "".join(p.text for p in artifact.parts) == REPLY == chunk_text(events)
+    assert task.history[0].parts[0].text == OBJECTIVE
+
+
+@pytest.mark.parametrize("binding", BINDINGS)
+async def test_subscribe_mid_task_follows_it_to_the_cancel(
+    slow_agent: ServedAgent, binding: str
+) -> None:
+    async with sdk_client(slow_agent, binding) as client:
+        task_id = ""
+        with trio.fail_after(10), trio.CancelScope() as scope:
+            async for event in client.send_message(message("go slowly")):
+                task_id = task_id or event.task.id
+                if event.HasField("artifact_update"):
+                    scope.cancel()  # leave the first stream: the task keeps running
+        followed: list[StreamResponse] = []
+        streaming = trio.Event()
+
+        async def follow() -> None:
+            async for event in client.subscribe(SubscribeToTaskRequest(id=task_id)):
+                followed.append(event)
+                if event.HasField("artifact_update"):
+                    streaming.set()
+
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(follow)
+                await streaming.wait()
+                cancelled = await client.cancel_task(CancelTaskRequest(id=task_id))
+        task = await client.get_task(GetTaskRequest(id=task_id))
+    assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+    assert state_of(followed[0]) == "task:TASK_STATE_WORKING"
+    assert state_of(followed[-1]) == "TASK_STATE_CANCELED"
+    assert task.status.state == TaskState.TASK_STATE_CANCELED
+    stored = "".join(p.text for p in task.artifacts[0].parts)
+    assert chunk_text(followed) and stored.endswith(chunk_text(followed))
+    assert (await slow_agent.idle())["parent_threads"] == 0
+
+
+async def test_with_a_token_every_call_needs_it_and_the_card_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("A2A_SERVE_TEST_TOKEN", "s3cret-token")
+    with served_agent("--token-env", "A2A_SERVE_TEST_TOKEN") as served:
+        async with httpx.AsyncClient(timeout=5) as http:
+            card = (await http.get(served.card_url)).json()
+            refused = await http.get(f"{served.base_url}/a2a/rest/tasks/nope")
+        spec = agent_spec(served)
+        without, _ = await delegate(spec)
+        config = A2AAgentConfig(
+            card_url=served.card_url, auth_header=("Authorization", "Bearer s3cret-token")
+        )
+        authorized = AgentSpec(
+            key="served", protocol="a2a", target=A2ATarget(config), secrets=config.secrets
+        )
+        result, _ = await delegate(authorized)
+    assert validate_card(card).name == "subagent-engine scripted"
+    assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
+    assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
+    assert without.status == Status.FAILED and without.error is not None
+    assert result.status == Status.COMPLETED, result
+
+
+# --- failures and stopping -------------------------------------------------------------------
+
+
+async def test_a_parent_that_cannot_start_fails_the_task_with_its_reason(tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-such-codex")
+    with served_agent("--parent", "codex", "--binary", missing) as served:
+        result, events = await delegate(agent_spec(served))
+        health = await served.idle()
+    assert result.status == Status.FAILED, result
+    assert result.error is not None and result.error.code == ErrorCode.REMOTE_FAILED
+    assert "Codex could not be started" in result.error.message
+    assert events[-1].kind == Kind.FAILED
+    assert health["parent_threads"] == 0
+
+
+def test_sigterm_mid_task_stops_the_parent_and_exits_0() -> None:
+    with tempfile.NamedTemporaryFile(prefix="a2a-serve-", suffix=".stderr") as stderr:
+        proc = subprocess.Popen(
+            a2a_serve_argv("--parent", "scripted", "--script", "slow"),
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            start_new_session=True,
+        )
+        try:
+            port = read_ready_port(proc, 20.0)
+            served = ServedAgent(port=port, pid=proc.pid, stderr_path=stderr.name)
+            body = {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendStreamingMessage",
+                "params": {
+                    "message": {"messageId": "m-1", "role": "ROLE_USER", "parts": [{"text": "go"}]}
+                },
+            }
+            url = f"{served.base_url}/a2a/jsonrpc"
+            headers = {"A2A-Version": "1.0"}
+            with httpx.stream("POST", url, json=body, headers=headers, timeout=10) as response:
+                for line in response.iter_lines():
+                    if "artifactUpdate" in line:
+                        break  # the parent streams; leave the stream open to the end
+                assert served.health()["parent_threads"] == 1
+                os.kill(proc.pid, signal.SIGTERM)
+                code = proc.wait(timeout=20)
+            served._http.close()
+        finally:
+            stop_process_group(proc, 5.0)
+        log = served.stderr()
+    assert code == 0, log
+    assert "Traceback" not in log and "did not stop" not in log, log
+
+
+# --- Codex served over A2A (the pinned binary, against the scripted model endpoint) -----------
+
+CLI_DIR = REPO / "tests" / "cli_agents"
+MODEL_KEY_ENV = "SCRIPTED_MODEL_API_KEY"
+
+
+@pytest.fixture(scope="module")
+def codex_binary() -> Path:
+    ensure_npm_packages(CLI_DIR)  # fails, naming what to install, without Node.js and npm
+    return CLI_DIR / "node_modules" / ".bin" / "codex"
+
+
+@pytest.fixture(scope="module")
+def model_url() -> Iterator[str]:
+    argv = [sys.executable, "-m", "tests.servers.scripted_model", "--port", "0", "--watch-stdin"]
+    with ready_server(argv, cwd=REPO, name="scripted_model") as (port, _, _):
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def served_codex(
+    tmp_path: Path, codex_binary: Path, model_url: str, research_card_url: str
+) -> Iterator[ServedAgent]:
+    """`a2a-serve --parent codex` whose Codex may delegate to `research` (an A2A agent)."""
+    config = tmp_path / "host.toml"
+    config.write_text(
+        "[parent]\n"
+        'kind = "codex"\n'
+        f'model_endpoint = "{model_url}/v1"\n'
+        'model = "scripted-model"\n'  # not a known model: Codex would hide MCP tools otherwise
+        f'api_key_env = "{MODEL_KEY_ENV}"\n'
+        "[[agents]]\n"
+        'key = "research"\n'
+        'protocol = "a2a"\n'
+        f'card_url = "{research_card_url}"\n'
+    )
+    with served_agent("--config", str(config), "--binary", str(codex_binary)) as served:
+        yield served
+
+
+async def test_codex_served_over_a2a_delegates_itself_and_answers(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    codex_binary: Path,
+    model_url: str,
+    a2a_server: Any,
+) -> None:
+    """engine -> A2A -> a2a-serve -> Codex -> MCP -> its engine -> A2A `stream` agent, and back."""
+    monkeypatch.setenv(MODEL_KEY_ENV, "sk-scripted-not-a-key")
+    research = a2a_server.card_url("stream")
+    with served_codex(tmp_path, codex_binary, model_url, research) as served:
+        spec = agent_spec(served)
+        result, events = await delegate(spec)
+        health = await served.idle()
+    card = spec.target.card_info  # type: ignore[attr-defined]
+    assert card.name == "subagent-engine codex" and card.streaming
+    assert result.status == Status.COMPLETED, result
+    # Codex's final text quotes the result of its own delegation (the `stream` agent's summary).
+    assert result.summary is not None
+    assert result.summary.startswith("Delegation result: done: streamed 3 chunks"), result.summary
+    text = "".join(e.delta for e in events if e.kind == Kind.TEXT_DELTA)
+    assert text.endswith(result.summary)
+    statuses = [e for e in events if e.kind == Kind.STATUS and e.text]
+    calls = [s for s in statuses if s.text.startswith("Calling mcp__subagents__delegate_to_agent")]
+    returned = [s for s in statuses if "delegate_to_agent returned" in (s.text or "")]
+    assert len(calls) == 1 and len(returned) == 1
+    [call] = calls[0].raw["status_data"]
+    assert call["args"]["agent"] == "research"
+    [call_result] = returned[0].raw["status_data"]
+    assert call_result["result"]["status"] == "completed"
+    assert health["parent_threads"] == 0
+
+
+async def test_cancelling_a_served_codex_stops_the_cli_and_its_own_delegation(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    codex_binary: Path,
+    model_url: str,
+    a2a_server: Any,
+) -> None:
+    """Codex blocks in a delegation to the `hang` agent; cancelling the outer run cancels the
+    served task (CancelTask), which stops Codex, and its delegation's remote task is cancelled."""
+    monkeypatch.setenv(MODEL_KEY_ENV, "sk-scripted-not-a-key")
+    hangs_before = len(a2a_server.entries("hang", "messages"))
+    with served_codex(tmp_path, codex_binary, model_url, a2a_server.card_url("hang")) as served:
+        spec = agent_spec(served)
+        async with Engine([spec]) as eng:
+            async with eng.open_run() as run:
+                handle = run.start_delegation(DelegationRequest(agent="served", objective="x"))
+                with trio.fail_after(30):
+                    async with run.events() as events:
+                        async for entry in events:
+                            text = entry.event.text or ""
+                            if entry.event.kind == Kind.STATUS and text.startswith("Calling"):
+                                break
+                # Codex's call is now blocked on the hanging agent.
+                with trio.fail_after(10):
+                    # Another process's log: polled.
+                    while len(a2a_server.entries("hang", "messages")) == hangs_before:  # noqa: ASYNC110
+                        await trio.sleep(0.05)
+                run.cancel("user pressed stop")
+            result = handle.result()
+        await spec.target.aclose()  # type: ignore[attr-defined]
+        health = await served.idle()
+        async with sdk_client(served, JSONRPC) as client:
+            task = await client.get_task(GetTaskRequest(id=result.remote_task_id or ""))
+    assert result.status == Status.CANCELLED, result
+    assert result.remote_cancel == RemoteCancel.CONFIRMED
+    assert task.status.state == TaskState.TASK_STATE_CANCELED
+    assert "still stopping" not in task.status.message.parts[0].text  # Codex stopped in time
+    assert health == {**health, "tasks_running": 0, "parent_threads": 0}
+    hang_task = a2a_server.entries("hang", "messages")[hangs_before]["task_id"]
+    [cancel] = a2a_server.entries("hang", "cancels", hang_task)
+    assert cancel["outcome"] == "TASK_STATE_CANCELED"
+
+
+# --- the thread bridge itself, in process ------------------------------------------------------
+
+
+class ChattyParent:
+    """Emits many text deltas as fast as it can, then returns."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    async def run(self, run: Any, prompt: str) -> None:
+        await run.emit(Kind.PARENT_TEXT_START, message_id="m", role="assistant")
+        for i in range(self.count):
+            await run.emit(Kind.PARENT_TEXT_DELTA, message_id="m", delta=f"{i},")
+        await run.emit(Kind.PARENT_TEXT_END, message_id="m")
+
+
+async def _drain(thread: ParentRunThread, slow: float) -> tuple[list[Any], int]:
+    """Read the thread's batches as the executor does; (events, most batches ever queued)."""
+    events: list[Any] = []
+    most = 0
+    thread.start()
+    while True:
+        most = max(most, thread._inbox.qsize())
+        item = await thread.receive()
+        if not isinstance(item, list):
+            break
+        events.extend(item)
+        await asyncio.sleep(slow)  # a slow consumer: the Trio side must wait for credits
+        thread.ack()
+    await thread.join()
+    return events, most
+
+
+def _bridge(parent: Any) -> ParentRunThread:
+    return ParentRunThread(
+        name="a2a-serve-task-test",
+        options=A2AServeOptions(),
+        parent=parent,
+        prompt="p",
+        metadata={},
+        loop=asyncio.get_running_loop(),
+    )
+
+
+def test_the_thread_bridge_keeps_every_delta_in_order_with_bounded_batches_in_flight() -> None:
+    count = 3000
+
+    async def main() -> tuple[list[Any], int, bool]:
+        thread = _bridge(ChattyParent(count))
+        events, most = await _drain(thread, slow=0.002)
+        return events, most, thread.alive
+
+    events, most, alive = asyncio.run(main())
+    text = "".join(e.delta for e in events if e.kind == Kind.PARENT_TEXT_DELTA)
+    assert text == "".join(f"{i}," for i in range(count))
+    assert events[0].kind == Kind.RUN_STARTED and events[-1].kind == Kind.RUN_FINISHED
+    assert most <= MAX_BATCHES_IN_FLIGHT + 1  # + the end marker
+    assert not alive
+
+
+def test_a_cancel_before_the_thread_runs_cancels_the_run_at_once() -> None:
+    async def main() -> list[Any]:
+        thread = _bridge(ChattyParent(10**9))
+        thread.cancel("cancelled early")
+        events, _ = await _drain(thread, slow=0)
+        return events
+
+    events = asyncio.run(main())
+    assert events[-1].kind == Kind.RUN_CANCELLED and events[-1].text == "cancelled early"

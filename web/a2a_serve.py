@@ -1,0 +1,820 @@
+"""`subagent-engine a2a-serve`: a parent agent (scripted, Claude Code, Codex) as an A2A agent.
+
+This module owns the process that exposes one parent adapter as an A2A 1.0 agent with the official
+a2a-sdk server: the agent card (streaming, skills; JSON-RPC and HTTP+JSON on one card), streamed
+status and artifact updates, and `GetTask`, `CancelTask`, `SubscribeToTask` (the SDK's request
+handler and in-memory task store answer those). It holds no protocol mapping of its own:
+`adapters.a2a._serve_mapping.ParentTaskMapper` turns the run's events into A2A updates. This is how
+"Codex as a remote subagent" is served: another engine registers the card URL as an A2A agent.
+
+    subagent-engine a2a-serve --parent codex --config host.toml --port 8100
+    READY 8100
+    card: http://127.0.0.1:8100/.well-known/agent-card.json
+
+Routes: the card at `/.well-known/agent-card.json`, JSON-RPC at `/a2a/jsonrpc`, HTTP+JSON under
+`/a2a/rest` (with the SDK's tenant form `/a2a/rest/<tenant>/...`), and `/healthz` (JSON: tasks
+running, parent threads alive). The first stdout line is `READY <port>` once it listens, the
+second the card's URL; logs go to stderr. It listens on 127.0.0.1 unless told otherwise; with
+`--token-env NAME` every call needs `Authorization: Bearer $NAME` and the card says so (a CLI
+parent runs model-directed commands: do not expose it without one).
+
+Threads. The SDK server runs on asyncio (FACTS.md: it fails under Trio); the engine and the parent
+adapters run on Trio. Each A2A task gets its own worker thread running `trio.run`: an `Engine` (with
+a per-task MCP endpoint when the parent needs one: a CLI, or the host's agents to delegate to), one
+run, the parent adapter's `run(run, prompt)`, and a reader of the run's journal. The reader hands
+each batch of journal events to the asyncio loop (`loop.call_soon_threadsafe`); the task's executor
+maps and enqueues it, then gives the Trio thread a credit back (`TrioToken.run_sync_soon`). At most
+`MAX_BATCHES_IN_FLIGHT` batches are between the two: when the SDK is slower than the parent, the
+reader waits and the run journal's subscriber buffer merges text deltas meanwhile (its volatile
+lane), so memory stays bounded and no text is lost. Neither loop ever blocks on the other.
+
+Cancellation. `CancelTask` makes the SDK call `ParentAgentExecutor.cancel()`, which asks the Trio
+thread to `run.cancel()` (through `run_sync_soon`). The run cancels its body: the adapter's `run()`
+is cancelled, a CLI adapter stops its CLI (SIGINT, then SIGTERM, SIGKILL after its graces) and the
+run's own delegations are cancelled; the run journals `run.cancelled`, which becomes `canceled`.
+`cancel()` waits up to `cancel_grace` seconds for that, so CancelTask answers with the confirmed
+state; a parent that takes longer is marked `canceled` at once and keeps stopping in the background
+(its thread is still tracked, and joined at shutdown). `execute()` returns only after its task's
+Trio thread has ended; if the SDK cancels `execute()` first (the server stops), it cancels the run
+the same way.
+
+Shutdown (SIGTERM, SIGINT, or stdin closed with `--watch-stdin`): uvicorn stops accepting and gives
+open streams a second, every run still going is cancelled and its thread joined (bounded by
+`SHUTDOWN_TIMEOUT`), and the process exits 0.
+
+One message per task: a parent run takes one prompt. A message sent to an existing task is refused
+with `UnsupportedOperationError`; start a new task (same `contextId` if you like) instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, TextIO
+
+import attrs
+import trio
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.types import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    Message,
+    Part,
+    Role,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+    Task,
+    TaskState,
+    TaskStatus,
+    TaskStatusUpdateEvent,
+)
+from a2a.utils.errors import UnsupportedOperationError
+
+from adapters.a2a._serve_mapping import A2AUpdate, ParentTaskMapper
+from adapters.parents import Delegate, Say, ScriptedParent, Think
+from engine import DelegationEvent, Engine, Run
+from web.config import ConfigError, HostConfig, load_config, parse_config
+
+if TYPE_CHECKING:
+    from web.server import ParentAgent
+
+__all__ = [
+    "MAX_BATCHES_IN_FLIGHT",
+    "SCRIPTS",
+    "A2AServeOptions",
+    "ParentAgentExecutor",
+    "ParentRunThread",
+    "a2a_serve_main",
+    "agent_card",
+]
+
+log: Final = logging.getLogger(__name__)
+
+#: Journal batches handed to the asyncio side and not yet mapped, per task.
+MAX_BATCHES_IN_FLIGHT: Final = 2
+#: How long stopping the server waits for the parents still running to stop.
+SHUTDOWN_TIMEOUT: Final = 15.0
+CARD_PATH: Final = "/.well-known/agent-card.json"
+JSONRPC_PATH: Final = "/a2a/jsonrpc"
+REST_PATH: Final = "/a2a/rest"
+CANCEL_REASON: Final = "The A2A task was cancelled (CancelTask)."
+SHUTDOWN_REASON: Final = "The A2A server is shutting down."
+THREAD_PREFIX: Final = "a2a-serve-task"
+
+#: The scripted parent's scripts (`--script`): no model and no delegation, so no MCP endpoint.
+SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate, ...]]] = {
+    "reply": (
+        Think(("Reading the task, ", "then answering.")),
+        Say(("You asked: ", "{prompt}", ". ", "Here is the scripted answer.")),
+    ),
+    # A long, slow answer (about 15 s): for cancelling mid-stream.
+    "slow": (
+        Think(("Taking my time.",)),
+        Say(tuple(f"chunk {i} " for i in range(300)), pause=0.05),
+    ),
+}
+PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
+
+
+@attrs.frozen(kw_only=True)
+class A2AServeOptions:
+    """What `a2a-serve` serves and how. `config` gives the CLI parents' model settings
+    (`[parent]`), the agents the served parent may delegate to (`[[agents]]`) and the limits."""
+
+    parent: str = "scripted"
+    config: HostConfig = attrs.field(factory=lambda: HostConfig(source="<embedded>"))
+    name: str | None = None
+    description: str | None = None
+    #: (name, description) per advertised skill; none: one skill named after the parent.
+    skills: tuple[tuple[str, str], ...] = ()
+    script: str = "reply"
+    #: The CLI binary (a path or a name on PATH); None: the adapter's default.
+    binary: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    #: The base URL the card advertises (behind a proxy); None: http://<host>:<bound port>.
+    public_url: str | None = None
+    cancel_grace: float = 4.0
+    watch_stdin: bool = False
+    #: With a token, every request but the card's and /healthz needs `Authorization: Bearer
+    #: <token>` (the card says so); without, anyone who reaches the port may run the parent.
+    token: str | None = attrs.field(default=None, repr=False)
+
+    @property
+    def agent_name(self) -> str:
+        return self.name or f"subagent-engine {self.parent}"
+
+    @property
+    def agent_description(self) -> str:
+        if self.description:
+            return self.description
+        what = {
+            "scripted": "a scripted agent (no model)",
+            "claude-code": "Claude Code",
+            "codex": "Codex",
+        }[self.parent]
+        return f"{what}, served over A2A by subagent-engine; streams its progress and answer."
+
+    @property
+    def needs_endpoint(self) -> bool:
+        """Whether each run needs its MCP endpoint: a CLI parent is always configured with one,
+        the scripted parent only for a script that delegates."""
+        if self.parent != "scripted":
+            return True
+        return any(isinstance(step, Delegate) for step in SCRIPTS[self.script])
+
+
+def parent_factory(options: A2AServeOptions) -> Callable[[], ParentAgent]:
+    """A new parent adapter per task (CLI adapters keep per-run state). ValueError if the
+    parent kind is unknown or its adapter is not available."""
+    if options.parent == "scripted":
+        script = SCRIPTS[options.script]
+        return lambda: ScriptedParent(script, name="scripted")
+    entry = options.config.parent
+    settings: dict[str, Any] = {"extra_args": entry.args}
+    if entry.model_endpoint:
+        settings["base_url"] = entry.model_endpoint
+    if entry.model:
+        settings["model"] = entry.model
+    if entry.api_key_env:
+        settings["api_key_env"] = entry.api_key_env
+    if options.binary:
+        settings["binary"] = options.binary
+    try:
+        if options.parent == "claude-code":
+            from adapters.parents import ClaudeCodeConfig, ClaudeCodeParent
+
+            claude = ClaudeCodeConfig(**settings)
+            return lambda: ClaudeCodeParent(claude)
+        if options.parent == "codex":
+            from adapters.parents import CodexConfig, CodexParent
+
+            codex = CodexConfig(**settings)
+            return lambda: CodexParent(codex)
+    except ImportError as exc:  # pragma: no cover - only while the CLI adapters are missing
+        raise ValueError(f"the {options.parent} parent is not available: {exc}") from exc
+    raise ValueError(f"unknown parent {options.parent!r}; use one of {', '.join(PARENT_KINDS)}")
+
+
+# -- the card -----------------------------------------------------------------------------------
+
+
+def agent_card(options: A2AServeOptions, base_url: str) -> AgentCard:
+    """The agent card: both bindings at `base_url`, streaming, the configured skills."""
+    skills = options.skills or ((options.agent_name, options.agent_description),)
+    card = AgentCard(
+        name=options.agent_name,
+        description=options.agent_description,
+        version=_version(),
+        supported_interfaces=[
+            AgentInterface(
+                url=f"{base_url}{JSONRPC_PATH}", protocol_binding="JSONRPC", protocol_version="1.0"
+            ),
+            AgentInterface(
+                url=f"{base_url}{REST_PATH}", protocol_binding="HTTP+JSON", protocol_version="1.0"
+            ),
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[
+            AgentSkill(
+                id=_skill_id(name, index),
+                name=name,
+                description=description or options.agent_description,
+                tags=[options.parent, "subagent-engine"],
+            )
+            for index, (name, description) in enumerate(skills)
+        ],
+    )
+    if options.token is not None:
+        card.security_schemes["bearer"].CopyFrom(
+            SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer"))
+        )
+        card.security_requirements.append(
+            SecurityRequirement(schemes={"bearer": StringList(list=[])})
+        )
+    return card
+
+
+def _skill_id(name: str, index: int) -> str:
+    slug = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+    return slug or f"skill-{index + 1}"
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("subagent-engine")
+    except PackageNotFoundError:
+        return "0.0.0"
+
+
+# -- one task's parent run on its Trio thread ---------------------------------------------------
+
+
+@attrs.frozen
+class _Ended:
+    """The Trio thread ended; `error` if its machinery crashed (not the parent: that fails the
+    run, which is an ordinary outcome)."""
+
+    error: str | None = None
+
+
+_Item = list[DelegationEvent] | _Ended
+
+
+class ParentRunThread:
+    """One A2A task's parent run, on its own Trio loop in a worker thread.
+
+    Created and driven from the asyncio loop: `start()`, `receive()` (the next batch of the run's
+    events, or `_Ended` last), `ack()` after each batch, `cancel(reason)`, `release()` once the
+    asyncio side stops reading. `ended` is set (on the asyncio loop) when the thread is gone.
+    Every call into the Trio thread is `TrioToken.run_sync_soon`: it never blocks the asyncio
+    loop; calls made before the Trio loop runs are replayed when it starts.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        options: A2AServeOptions,
+        parent: ParentAgent,
+        prompt: str,
+        metadata: dict[str, Any],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        self.name = name
+        self._options = options
+        self._parent = parent
+        self._prompt = prompt
+        self._metadata = metadata
+        self._loop = loop
+        self._inbox: asyncio.Queue[_Item] = asyncio.Queue()
+        self.ended = asyncio.Event()
+        self._lock = threading.Lock()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._early: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        # Trio side only (touched from the Trio thread alone):
+        self._run: Run | None = None
+        self._cancel_reason: str | None = None
+        self._in_flight = 0
+        self._unlimited = False
+        self._credit: trio.Event | None = None
+
+    # -- asyncio side ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
+
+    async def receive(self) -> _Item:
+        return await self._inbox.get()
+
+    async def join(self) -> None:
+        """Return once the thread is gone (`ended`, then the thread's last instructions)."""
+        await self.ended.wait()
+        await asyncio.to_thread(self._thread.join, 5.0)  # bounded: never hang a pool thread
+
+    def ack(self) -> None:
+        """One batch was mapped and enqueued: the reader may send another."""
+        self._call_in_trio(self._ack_in_trio)
+
+    def cancel(self, reason: str) -> None:
+        """Cancel the run (and so stop the parent); idempotent, first reason wins."""
+        self._call_in_trio(self._cancel_in_trio, reason)
+
+    def release(self, cancel_reason: str | None = None) -> None:
+        """The asyncio side stops reading: the reader no longer waits for credits. With a
+        reason, the run is cancelled too."""
+        self._call_in_trio(self._release_in_trio, cancel_reason)
+
+    def _call_in_trio(self, fn: Callable[..., None], *args: Any) -> None:
+        with self._lock:
+            token = self._token
+            if token is None:
+                self._early.append((fn, args))
+                return
+        try:
+            token.run_sync_soon(fn, *args)
+        except trio.RunFinishedError:
+            pass  # the run is over: nothing left to tell it
+
+    # -- the thread -----------------------------------------------------------------------
+
+    def _main(self) -> None:
+        error = None
+        try:
+            trio.run(self._trio_main)
+        except BaseException as exc:  # reported as the task's failure, never lost
+            log.exception("%s: the parent run's thread failed", self.name)
+            error = f"{type(exc).__name__}: {exc}"[:2000]
+        finally:
+            self._post(_Ended(error))
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody to tell
+                self._loop.call_soon_threadsafe(self.ended.set)
+
+    def _post(self, item: _Item) -> bool:
+        try:
+            self._loop.call_soon_threadsafe(self._inbox.put_nowait, item)
+        except RuntimeError:
+            return False
+        return True
+
+    async def _trio_main(self) -> None:
+        self._credit = trio.Event()
+        with self._lock:
+            self._token = trio.lowlevel.current_trio_token()
+            early, self._early = self._early, []
+        for fn, args in early:
+            fn(*args)
+        async with (
+            _open_engine(self._options) as eng,
+            trio.open_nursery() as nursery,
+            eng.open_run(metadata=self._metadata) as run,
+        ):
+            self._run = run
+            if self._cancel_reason is not None:
+                run.cancel(self._cancel_reason)
+            nursery.start_soon(self._forward, run)
+            try:
+                await self._parent.run(run, self._prompt)
+            except Exception as exc:  # a parent's failure is the run's outcome, not a crash
+                log.warning("%s: the parent failed: %r", self.name, exc)
+                await run.fail(f"The parent agent failed: {type(exc).__name__}: {exc}")
+
+    async def _forward(self, run: Run) -> None:
+        """Hand the run's journal to the asyncio side, batch by batch, until its terminal."""
+        async with run.events() as events:
+            while True:
+                try:
+                    batch = await events.receive_batch()
+                except trio.EndOfChannel:
+                    return
+                self._in_flight += 1
+                if not self._post([entry.event for entry in batch]):
+                    self._cancel_in_trio("The A2A server stopped listening to the task.")
+                    return
+                while self._in_flight >= MAX_BATCHES_IN_FLIGHT and not self._unlimited:
+                    self._credit = trio.Event()
+                    await self._credit.wait()
+
+    def _ack_in_trio(self) -> None:
+        self._in_flight -= 1
+        if self._credit is not None:
+            self._credit.set()
+
+    def _cancel_in_trio(self, reason: str) -> None:
+        if self._cancel_reason is None:
+            self._cancel_reason = reason
+        if self._run is not None:
+            self._run.cancel(self._cancel_reason)
+
+    def _release_in_trio(self, cancel_reason: str | None) -> None:
+        self._unlimited = True
+        if self._credit is not None:
+            self._credit.set()
+        if cancel_reason is not None:
+            self._cancel_in_trio(cancel_reason)
+
+
+@asynccontextmanager
+async def _open_engine(options: A2AServeOptions) -> AsyncIterator[Engine]:
+    """The task's engine: the host's agents (built in this Trio loop: their HTTP clients belong
+    to it) and, when the parent needs one, its MCP endpoint; all closed on exit."""
+    config = options.config
+    agents = config.agent_specs() if config.agents else []
+    async with AsyncExitStack() as stack:
+        endpoints = None
+        if options.needs_endpoint or agents:
+            from adapters.mcp import DelegationEndpoint
+
+            endpoint = DelegationEndpoint(shortcuts=config.shortcuts)
+            endpoints = await stack.enter_async_context(endpoint.serve())
+        try:
+            async with Engine(agents, limits=config.limits, endpoints=endpoints) as eng:
+                yield eng
+        finally:
+            with trio.CancelScope(shield=True):
+                for spec in agents:
+                    close = getattr(spec.target, "aclose", None)
+                    if close is not None:
+                        with contextlib.suppress(Exception):
+                            await close()
+
+
+# -- the executor (asyncio) ---------------------------------------------------------------------
+
+
+@attrs.define
+class _ServedTask:
+    thread: ParentRunThread
+    mapper: ParentTaskMapper
+    lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
+    #: Set once the task's terminal update was enqueued (by execute() or by cancel()).
+    concluded: asyncio.Event = attrs.field(factory=asyncio.Event)
+
+
+class ParentAgentExecutor(AgentExecutor):
+    """The a2a-sdk `AgentExecutor` that runs one parent run per A2A task (see the module docs)."""
+
+    def __init__(self, options: A2AServeOptions, make_parent: Callable[[], ParentAgent]) -> None:
+        self.options = options
+        self._make_parent = make_parent
+        self._tasks: dict[str, _ServedTask] = {}
+        self._threads: set[ParentRunThread] = set()
+
+    @property
+    def tasks_running(self) -> int:
+        return len(self._tasks)
+
+    @property
+    def parent_threads(self) -> int:
+        """Parent run threads still alive (a task's thread outlives it only while its parent
+        is still stopping after a cancel that was not confirmed in time)."""
+        self._threads = {thread for thread in self._threads if thread.alive}
+        return len(self._threads)
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id, context_id = context.task_id or "", context.context_id or ""
+        if context.current_task is not None:
+            raise UnsupportedOperationError(
+                message="This agent takes one message per task: start a new task."
+            )
+        task = Task(
+            id=task_id,
+            context_id=context_id,
+            status=TaskStatus(state=TaskState.TASK_STATE_SUBMITTED),
+        )
+        task.status.timestamp.GetCurrentTime()
+        if context.message is not None:
+            task.history.append(context.message)
+        await event_queue.enqueue_event(task)
+        prompt = context.get_user_input()
+        if not prompt.strip():
+            status = TaskStatus(state=TaskState.TASK_STATE_REJECTED)
+            status.timestamp.GetCurrentTime()
+            status.message.CopyFrom(
+                Message(
+                    role=Role.ROLE_AGENT,
+                    message_id=f"{task_id}-rejected",
+                    task_id=task_id,
+                    context_id=context_id,
+                    parts=[Part(text="The message has no text to work on.")],
+                )
+            )
+            await event_queue.enqueue_event(
+                TaskStatusUpdateEvent(task_id=task_id, context_id=context_id, status=status)
+            )
+            return
+        thread = ParentRunThread(
+            name=f"{THREAD_PREFIX}-{task_id[:32]}",
+            options=self.options,
+            parent=self._make_parent(),
+            prompt=prompt,
+            metadata={"a2a_task_id": task_id, "a2a_context_id": context_id},
+            loop=asyncio.get_running_loop(),
+        )
+        served = _ServedTask(thread, ParentTaskMapper(task_id, context_id, clock=time.time))
+        self._tasks[task_id] = served
+        self._threads.add(thread)
+        try:
+            thread.start()
+            await self._relay(served, event_queue)
+            thread.release()
+            await thread.join()
+        finally:
+            served.concluded.set()
+            if not thread.ended.is_set():
+                # Cancelled (CancelTask, or the server stopping) or failed: the run must stop.
+                thread.release(CANCEL_REASON)
+            self._tasks.pop(task_id, None)
+
+    async def _relay(self, served: _ServedTask, event_queue: EventQueue) -> None:
+        """Map the run's events into the task until its terminal update is enqueued."""
+        thread, mapper = served.thread, served.mapper
+        while not mapper.done:
+            item = await thread.receive()
+            async with served.lock:
+                updates: list[A2AUpdate]
+                if isinstance(item, _Ended):
+                    reason = "The parent run ended without an outcome"
+                    updates = mapper.conclude("failed", f"{reason}: {item.error or 'no error'}.")
+                else:
+                    updates = mapper.feed(item)
+                for update in updates:
+                    await event_queue.enqueue_event(update)
+            if isinstance(item, _Ended):
+                break
+            thread.ack()
+        served.concluded.set()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        served = self._tasks.get(context.task_id or "")
+        if served is None:
+            return  # nothing runs for it: the SDK marks the task canceled itself
+        served.thread.cancel(CANCEL_REASON)
+        try:
+            await asyncio.wait_for(served.concluded.wait(), self.options.cancel_grace)
+        except TimeoutError:
+            log.warning(
+                "task %s: the parent did not stop within %.1f s; marking it canceled while it "
+                "keeps stopping",
+                context.task_id,
+                self.options.cancel_grace,
+            )
+            async with served.lock:
+                reason = f"{CANCEL_REASON} The parent agent is still stopping."
+                for update in served.mapper.conclude("canceled", reason):
+                    await event_queue.enqueue_event(update)
+            served.concluded.set()
+
+    async def aclose(self, grace: float = SHUTDOWN_TIMEOUT) -> int:
+        """Cancel every run still going and wait (up to `grace` s) for their threads to end.
+        Returns how many threads are still alive after that."""
+        threads = [thread for thread in self._threads if thread.alive]
+        for thread in threads:
+            thread.release(SHUTDOWN_REASON)
+        if threads:
+            waiting = asyncio.gather(*(thread.join() for thread in threads))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiting, grace)
+        left = self.parent_threads
+        if left:
+            log.error("%d parent run thread(s) did not stop within %.0f s", left, grace)
+        return left
+
+
+# -- the server ---------------------------------------------------------------------------------
+
+
+class _BearerAuth:
+    """Every HTTP request but the card's and /healthz must carry the bearer token (compared in
+    constant time); others get 401 with a JSON reason and `WWW-Authenticate`."""
+
+    OPEN_PATHS: Final = frozenset({CARD_PATH, "/healthz"})
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS:
+            presented = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            if not hmac.compare_digest(presented, self._expected):
+                from starlette.responses import JSONResponse
+
+                response = JSONResponse(
+                    {"error": "unauthorized", "message": "This agent needs its bearer token."},
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="subagent-engine a2a-serve"'},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def build_app(
+    options: A2AServeOptions, base_url: str, executor: ParentAgentExecutor
+) -> tuple[Any, AgentCard]:
+    """The Starlette app (card, JSON-RPC, HTTP+JSON, health) and its card."""
+    from a2a.server.request_handlers import DefaultRequestHandler
+    from a2a.server.routes import (
+        create_agent_card_routes,
+        create_jsonrpc_routes,
+        create_rest_routes,
+    )
+    from a2a.server.tasks import InMemoryTaskStore
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse, Response
+    from starlette.routing import Mount, Route
+
+    card = agent_card(options, base_url)
+    handler = DefaultRequestHandler(
+        agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
+    )
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "status": "ok",
+                "parent": options.parent,
+                "tasks_running": executor.tasks_running,
+                "parent_threads": executor.parent_threads,
+            }
+        )
+
+    routes: list[Any] = [Route("/healthz", healthz, methods=["GET"])]
+    routes += create_agent_card_routes(card, card_url=CARD_PATH)
+    routes += create_jsonrpc_routes(handler, rpc_url=JSONRPC_PATH)
+    # Mounted (not path_prefix=): the SDK's tenant form is then /a2a/rest/{tenant}/..., where
+    # the SDK's REST client puts a tenant.
+    routes.append(Mount(REST_PATH, routes=create_rest_routes(handler)))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        yield
+        await executor.aclose()
+        with contextlib.suppress(Exception, TimeoutError):
+            await asyncio.wait_for(handler.aclose(), timeout=1.0)
+
+    app: Any = Starlette(routes=routes, lifespan=lifespan)
+    if options.token is not None:
+        app = _BearerAuth(app, options.token)
+    return app, card
+
+
+async def serve(options: A2AServeOptions, out: TextIO) -> None:
+    """Listen, print `READY <port>` and the card URL, serve until stopped."""
+    import uvicorn
+
+    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((options.host, options.port))
+    port = sock.getsockname()[1]
+    host = f"[{options.host}]" if ":" in options.host else options.host
+    base_url = (options.public_url or f"http://{host}:{port}").rstrip("/")
+    executor = ParentAgentExecutor(options, parent_factory(options))
+    app, _ = build_app(options, base_url, executor)
+    config = uvicorn.Config(
+        app,
+        log_config=None,
+        access_log=False,
+        http="h11",
+        ws="none",
+        lifespan="on",
+        timeout_graceful_shutdown=1,
+    )
+    server = uvicorn.Server(config)
+    serving = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started:
+        if serving.done():
+            await serving  # startup failed: raise its error
+            raise SystemExit("the server exited before it started")
+        await asyncio.sleep(0.01)
+    if options.watch_stdin:
+        _exit_when_stdin_closes(server)
+    out.write(f"READY {port}\ncard: {base_url}{CARD_PATH}\n")
+    out.flush()
+    await serving
+
+
+def _exit_when_stdin_closes(server: Any) -> None:
+    loop = asyncio.get_running_loop()
+
+    def watch() -> None:
+        # The raw descriptor, not sys.stdin: a daemon thread parked in a buffered read holds
+        # the buffer's lock, and the interpreter aborts when it finalizes ("could not acquire
+        # lock for <stdin>") if the process stops for another reason (SIGTERM).
+        with contextlib.suppress(OSError):
+            while os.read(0, 4096):
+                pass
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(setattr, server, "should_exit", True)
+
+    threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
+
+
+def a2a_serve_main(
+    *,
+    parent: str | None,
+    config_path: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    skills: Sequence[str] = (),
+    script: str = "reply",
+    binary: str | None = None,
+    public_url: str | None = None,
+    cancel_grace: float = 4.0,
+    watch_stdin: bool = False,
+    token_env: str | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """`subagent-engine a2a-serve`: 0 after a clean stop, 2 on a configuration error."""
+    try:
+        config = load_config(config_path) if config_path else parse_config("", "<embedded>")
+        if config.agents:
+            config.agent_specs()  # credentials are checked before anything listens
+    except ConfigError as exc:
+        print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
+        return 2
+    token = os.environ.get(token_env) if token_env else None
+    if token_env and not token:
+        print(f"subagent-engine a2a-serve: {token_env} (--token-env) is not set", file=sys.stderr)
+        return 2
+    options = A2AServeOptions(
+        parent=parent or config.parent.kind,
+        config=config,
+        name=name,
+        description=description,
+        skills=tuple(_skill(text) for text in skills),
+        script=script,
+        binary=binary,
+        host=host or config.server.host,
+        port=port if port is not None else 0,
+        public_url=public_url,
+        cancel_grace=cancel_grace,
+        watch_stdin=watch_stdin,
+        token=token,
+    )
+    try:
+        if options.parent not in PARENT_KINDS:
+            raise ValueError(f"unknown parent {options.parent!r}; use one of {PARENT_KINDS}")
+        if options.script not in SCRIPTS:
+            raise ValueError(f"unknown script {options.script!r}; use one of {tuple(SCRIPTS)}")
+        parent_factory(options)
+        import uvicorn  # noqa: F401
+        from a2a.server.routes import create_jsonrpc_routes  # noqa: F401
+    except ImportError as exc:
+        print(
+            f"subagent-engine a2a-serve needs the A2A server packages "
+            f"(pip install 'a2a-sdk[http-server]' uvicorn): {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    except ValueError as exc:
+        print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    # uvicorn re-raises the SIGTERM/SIGINT it stopped on once it has shut down; with these
+    # handlers in place that ends in a clean exit 0 rather than death by the signal.
+    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        asyncio.run(serve(options, out or sys.stdout))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    """A stop signal that arrived when uvicorn was not listening for it (after its shutdown)."""
+
+
+def _skill(text: str) -> tuple[str, str]:
+    name, _, description = text.partition("=")
+    return name.strip(), description.strip()
