@@ -185,30 +185,14 @@ def parent_factory(options: A2AServeOptions) -> Callable[[], ParentAgent]:
     if options.parent == "scripted":
         script = SCRIPTS[options.script]
         return lambda: ScriptedParent(script, name="scripted")
-    entry = options.config.parent
-    settings: dict[str, Any] = {"extra_args": entry.args}
-    if entry.model_endpoint:
-        settings["base_url"] = entry.model_endpoint
-    if entry.model:
-        settings["model"] = entry.model
-    if entry.api_key_env:
-        settings["api_key_env"] = entry.api_key_env
-    if options.binary:
-        settings["binary"] = options.binary
-    try:
-        if options.parent == "claude-code":
-            from adapters.parents import ClaudeCodeConfig, ClaudeCodeParent
-
-            claude = ClaudeCodeConfig(**settings)
-            return lambda: ClaudeCodeParent(claude)
-        if options.parent == "codex":
-            from adapters.parents import CodexConfig, CodexParent
-
-            codex = CodexConfig(**settings)
-            return lambda: CodexParent(codex)
-    except ImportError as exc:  # pragma: no cover - only while the CLI adapters are missing
-        raise ValueError(f"the {options.parent} parent is not available: {exc}") from exc
-    raise ValueError(f"unknown parent {options.parent!r}; use one of {', '.join(PARENT_KINDS)}")
+    if options.parent not in ("claude-code", "codex"):
+        raise ValueError(f"unknown parent {options.parent!r}; use one of {', '.join(PARENT_KINDS)}")
+    configured = options.config.parent
+    binary = options.binary or configured.binary
+    entry = attrs.evolve(configured, kind=options.parent, binary=binary)
+    # The same settings as `serve` ([parent] in the host TOML); a missing binary fails the task
+    # with the CLI adapter's reason rather than the server's start.
+    return entry.cli_parent()[1]
 
 
 # -- the card -----------------------------------------------------------------------------------

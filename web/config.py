@@ -28,6 +28,13 @@ a variable that is not set is an error at start, not at the first delegation.
     [agents.policy]
     default_timeout = 300
 
+    [[agents]]                    # a remote AG-UI agent: same keys, `url` instead of `card_url`
+    key = "writer"
+    protocol = "agui"
+    url = "https://agents.example/writer/run"       # RunAgentInput is POSTed here
+    stop_url = "https://agents.example/writer/stop" # optional: how a run is cancelled
+    auth = { token_env = "WRITER_TOKEN" }           # sent to the url's origin only
+
 `load_config(path)` reads a file; `parse_config(text, source)` reads a string. Line numbers come
 from a small scan of the text (tomllib gives none): the line of the deepest table or key that
 names the field, else of its nearest enclosing table.
@@ -46,6 +53,7 @@ from typing import Any, Final
 import attrs
 
 from adapters.a2a import A2AAgentConfig, A2ATarget
+from adapters.agui import AguiAgentConfig, AguiTarget
 from adapters.parents import (
     ClaudeCodeConfig,
     ClaudeCodeParent,
@@ -69,7 +77,10 @@ __all__ = [
 
 VISIBILITY_MODES: Final = ("attributed", "custom", "inline", "hidden")
 PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
-PROTOCOLS: Final = ("a2a",)
+PROTOCOLS: Final = ("a2a", "agui")
+#: Settings that belong to one protocol only (an A2A agent is found by its card, an AG-UI
+#: agent is an endpoint URL).
+_ONLY_FOR: Final = {"card_url": "a2a", "url": "agui", "stop_url": "agui"}
 
 
 class ConfigError(Exception):
@@ -97,7 +108,7 @@ class AuthEntry:
 class AgentEntry:
     key: str
     protocol: str
-    card_url: str
+    card_url: str  # "" for an AG-UI agent
     display_name: str = ""
     description: str = ""
     skills: tuple[str, ...] = ()
@@ -107,6 +118,9 @@ class AgentEntry:
     forward_identity: bool = False
     shortcut: bool = False
     policy: DelegationPolicy = attrs.field(factory=DelegationPolicy)
+    #: AG-UI agents: the endpoint a RunAgentInput is POSTed to, and the optional stop endpoint.
+    url: str | None = None
+    stop_url: str | None = None
 
 
 @attrs.frozen
@@ -132,6 +146,25 @@ class ParentEntry:
     binary: str | None = None  # the CLI (a path, or a name on PATH); default: claude / codex
     tool_timeout: float | None = None  # seconds the CLI waits for one delegate_to_agent call
 
+    def cli_parent(self) -> tuple[Any, Callable[[], Any]]:
+        """For a CLI kind: (its `ClaudeCodeConfig` / `CodexConfig`, a factory of its parent
+        adapter). Whether the binary exists is the caller's to check (see
+        `HostConfig.parent_factory`)."""
+        if self.kind not in ("claude-code", "codex"):
+            raise ValueError(f"{self.kind!r} is not a CLI parent")
+        config_class: Any = ClaudeCodeConfig if self.kind == "claude-code" else CodexConfig
+        options: dict[str, Any] = {"base_url": self.model_endpoint, "model": self.model}
+        options["extra_args"] = self.args
+        if self.binary is not None:
+            options["binary"] = self.binary
+        if self.api_key_env is not None:
+            options["api_key_env"] = self.api_key_env
+        if self.tool_timeout is not None:
+            options["tool_timeout"] = self.tool_timeout
+        config = config_class(**options)
+        parent_class: Any = ClaudeCodeParent if self.kind == "claude-code" else CodexParent
+        return config, lambda: parent_class(config)
+
 
 @attrs.frozen
 class HostConfig:
@@ -154,16 +187,7 @@ class HostConfig:
         entry = self.parent
         if entry.kind == "scripted":
             return ScriptedParent
-        config_class: Any = ClaudeCodeConfig if entry.kind == "claude-code" else CodexConfig
-        options: dict[str, Any] = {"base_url": entry.model_endpoint, "model": entry.model}
-        options["extra_args"] = entry.args
-        if entry.binary is not None:
-            options["binary"] = entry.binary
-        if entry.api_key_env is not None:
-            options["api_key_env"] = entry.api_key_env
-        if entry.tool_timeout is not None:
-            options["tool_timeout"] = entry.tool_timeout
-        config = config_class(**options)
+        config, factory = entry.cli_parent()
         if shutil.which(config.binary) is None:
             path = ("parent", "binary") if entry.binary else ("parent", "kind")
             raise ConfigError(
@@ -173,8 +197,7 @@ class HostConfig:
                 f"the {entry.kind} CLI {config.binary!r} is not an executable on PATH "
                 f"(install it, or set parent.binary to its path)",
             )
-        parent_class: Any = ClaudeCodeParent if entry.kind == "claude-code" else CodexParent
-        return lambda: parent_class(config)
+        return factory
 
     def agent_specs(self, environ: Mapping[str, str] | None = None) -> list[AgentSpec]:
         """The registry entries, credentials resolved from `environ` (default: os.environ).
@@ -195,13 +218,28 @@ class HostConfig:
                     )
                 credential = f"{agent.auth.scheme} {value}" if agent.auth.scheme else value
                 auth_header = (agent.auth.header, credential)
-            config = A2AAgentConfig(
-                card_url=agent.card_url,
-                tenant=agent.tenant,
-                auth_header=auth_header,
-                trusted_origins=agent.trusted_origins,
-                forward_identity=agent.forward_identity,
-            )
+            config: A2AAgentConfig | AguiAgentConfig
+            target: A2ATarget | AguiTarget
+            if agent.protocol == "agui":
+                assert agent.url is not None  # the reader requires it
+                config = AguiAgentConfig(
+                    url=agent.url,
+                    stop_url=agent.stop_url,
+                    tenant=agent.tenant,
+                    auth_header=auth_header,
+                    trusted_origins=agent.trusted_origins,
+                    forward_identity=agent.forward_identity,
+                )
+                target = AguiTarget(config)
+            else:
+                config = A2AAgentConfig(
+                    card_url=agent.card_url,
+                    tenant=agent.tenant,
+                    auth_header=auth_header,
+                    trusted_origins=agent.trusted_origins,
+                    forward_identity=agent.forward_identity,
+                )
+                target = A2ATarget(config)
             specs.append(
                 AgentSpec(
                     key=agent.key,
@@ -209,7 +247,7 @@ class HostConfig:
                     description=agent.description,
                     skills=agent.skills,
                     protocol=agent.protocol,
-                    target=A2ATarget(config),
+                    target=target,
                     policy=agent.policy,
                     secrets=config.secrets,
                 )
@@ -419,6 +457,8 @@ class _Reader:
             "key",
             "protocol",
             "card_url",
+            "url",
+            "stop_url",
             "display_name",
             "description",
             "skills",
@@ -432,7 +472,19 @@ class _Reader:
         table = self.table(value, path, known)
         key = self.get(table, path, "key", str, required=True)
         protocol = self.get(table, path, "protocol", str, "a2a", check=_one_of(PROTOCOLS))
-        card_url = self.get(table, path, "card_url", str, required=True, check=_http_url)
+        for setting, owner in _ONLY_FOR.items():
+            if setting in table and protocol != owner:
+                raise self.fail(
+                    (*path, setting),
+                    f"is for {owner} agents only; this agent's protocol is {protocol!r}"
+                    + (" (an AG-UI agent is reached at `url`)" if setting == "card_url" else ""),
+                )
+        agui = protocol == "agui"
+        card_url = (
+            "" if agui else self.get(table, path, "card_url", str, required=True, check=_http_url)
+        )
+        url = self.get(table, path, "url", str, required=agui, check=_http_url)
+        stop_url = self.get(table, path, "stop_url", str, check=_http_url)
         auth = None
         if "auth" in table:
             auth_path = (*path, "auth")
@@ -459,12 +511,21 @@ class _Reader:
             "policy": self.attrs_table(
                 table.get("policy", {}), (*path, "policy"), DelegationPolicy
             ),
+            "url": url,
+            "stop_url": stop_url,
         }
         # The engine's own rules decide what a key and a card URL may be.
         if not is_agent_key(key):
             raise self.fail(
                 (*path, "key"), f"{key!r} is not an agent key (pattern {AGENT_KEY_PATTERN})"
             )
+        if agui:
+            try:
+                AguiAgentConfig(url=url, stop_url=stop_url, tenant=entry_fields["tenant"])
+            except (ValueError, TypeError) as exc:
+                culprit = "stop_url" if "stop_url" in str(exc) else "url"
+                raise self.fail((*path, culprit), str(exc)) from None
+            return AgentEntry(**entry_fields)
         try:
             A2AAgentConfig(card_url=card_url, tenant=entry_fields["tenant"])
         except (ValueError, TypeError) as exc:
