@@ -33,6 +33,7 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import Any, Final
 
+import attrs
 import trio
 
 from engine._correlation import ParentToolCalls
@@ -675,6 +676,11 @@ class DelegationActor:
         fingerprint = getattr(self._session, "card_fingerprint", None)
         if isinstance(fingerprint, str) and fingerprint:  # on results that fail before any update
             self.state.card_fingerprint = fingerprint
+        card_name = getattr(self._session, "agent_name", None)
+        if not self.spec.display_name and isinstance(card_name, str) and card_name.strip():
+            # The remote's own name (its card) when the host named the agent by key only.
+            self.identity = attrs.evolve(self.identity, agent_name=card_name.strip()[:200])
+            self.state.identity = self.identity
         self._sent_task = True
         await self._call(self._session.start)
         # A session may have fallen back from streaming to polling (policy permitting).

@@ -117,7 +117,8 @@ class TargetSession(Protocol):
     A session may have a `streaming` attribute: read after `start()`, False means it fell back
     from streaming to polling (e.g. the remote refused a streaming send), and the actor polls.
     A `card_fingerprint` attribute (read when the session opens) goes on the result even when
-    the delegation fails before its first update."""
+    the delegation fails before its first update; an `agent_name` attribute (the remote's own
+    name, e.g. from its card) names the subagent when the host gave no display name."""
 
     async def start(self, emit: Emit) -> None:
         """Send the task. Streaming: emit progress until the remote stream ends. Otherwise:

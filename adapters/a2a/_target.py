@@ -342,8 +342,11 @@ class _A2ASession:
         self._emitted = trio.lowlevel.ParkingLot()
         self.task_id: str | None = None
         self.context_id: str | None = task.remote_context_id
-        #: The validated card this delegation uses (the actor puts it on every result).
+        #: The validated card this delegation uses (the actor puts it on every result), and the
+        #: name it gives the agent (shown when the host gave no display name).
         self.card_fingerprint = target.fingerprint
+        info = getattr(target, "card_info", None)
+        self.agent_name: str | None = info.name if info is not None else None
         #: False once a refused streaming send fell back to polling (the actor reads it).
         self.streaming = task.stream
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 import pytest
 import trio
 
@@ -522,3 +523,13 @@ async def test_context_policy_decides_the_context_id_sent_to_the_remote(
     else:
         assert sent[1] == ""
         assert second.remote_context_id != first.remote_context_id
+
+
+@pytest.mark.parametrize("display_name", ["", "Research desk"])
+async def test_a_subagent_is_named_by_the_host_else_by_its_card(
+    a2a_server: Any, display_name: str
+) -> None:
+    agent = attrs.evolve(a2a_agent(a2a_server.card_url("stream")), display_name=display_name)
+    _, entries = await delegate(agent)
+    names = {e.event.agent_name for e in entries if e.event.delegation_id}
+    assert names == {display_name or "faulty-stream"}

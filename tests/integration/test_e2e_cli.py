@@ -444,9 +444,8 @@ async def test_a_cli_parent_streams_the_other_cli_served_over_a2a_under_its_call
     # The served CLI is a subagent under the parent CLI's own delegate call.
     call = parent_delegate_call(events)
     [started] = [e for e in events if e["type"] == "SUBAGENT_STARTED"]
-    # The name is the host's registration (display_name, else the key), not the card's
-    # ("<cli> over A2A"): the engine never names a subagent after its card.
-    assert started["name"] == remote
+    # The host registered the agent by key only, so the subagent takes the card's name.
+    assert started["name"] == f"{remote} over A2A"
     assert started["parentToolCallId"] == call["toolCallId"]
     assert started["metadata"]["agentKey"] == remote and started["metadata"]["protocol"] == "a2a"
     if cli == "claude":
