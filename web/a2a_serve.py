@@ -117,6 +117,8 @@ SHUTDOWN_REASON: Final = "The A2A server is shutting down."
 THREAD_PREFIX: Final = "a2a-serve-task"
 
 #: The scripted parent's scripts (`--script`): no model and no delegation, so no MCP endpoint.
+#: Seconds between the chunks of the demo scripts (a pace a person can follow).
+PACE: Final = 0.4
 SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate, ...]]] = {
     "reply": (
         Think(("Reading the task, ", "then answering.")),
@@ -126,6 +128,50 @@ SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate, ...]]] = {
     "slow": (
         Think(("Taking my time.",)),
         Say(tuple(f"chunk {i} " for i in range(300)), pause=0.05),
+    ),
+    # The two remotes of `subagent-engine demo`, at a human pace.
+    "research": (
+        Think(("Task: {prompt}. ", "Looking for sources first.")),
+        Say(
+            (
+                "Sources: ",
+                "the Trio docs, ",
+                "the A2A 1.0 specification, ",
+                "the AG-UI event reference.",
+            ),
+            pause=PACE,
+        ),
+        Think(("Three sources; ", "summarizing them.")),
+        Say(
+            (
+                "Trio nurseries ",
+                "give structured cancellation; ",
+                "A2A streams ",
+                "status and artifact updates; ",
+                "AG-UI shows them ",
+                "as a nested subagent.",
+            ),
+            pause=PACE,
+        ),
+    ),
+    "review": (
+        Think(("Task: {prompt}. ", "Checking it against the design rules.")),
+        Say(
+            (
+                "Cancellation cascades: ",
+                "ok. ",
+                "Replay after a reconnect: ",
+                "ok. ",
+                "Secrets stay redacted: ",
+                "ok.",
+            ),
+            pause=PACE,
+        ),
+        Think(("Writing the verdict.",)),
+        Say(
+            ("Verdict: ", "approve, ", "with a replay window ", "sized for slow viewers."),
+            pause=PACE,
+        ),
     ),
 }
 PARENT_KINDS: Final = ("scripted", "claude-code", "codex")

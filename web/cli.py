@@ -23,11 +23,50 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser(
         "demo",
-        help="run a scripted parent with two in-process subagents and print the event stream",
+        help="serve the page: a parent delegating to remote A2A subagents (no API key)",
+        description=(
+            "Serve the page with a parent agent that delegates to remote A2A agents run by "
+            "a2a-serve. Default: the scripted parent and two built-in remotes, research and "
+            "review (no model, no API key). --parent claude|codex and --remote codex|claude "
+            "use the CLIs against --model-endpoint."
+        ),
     )
-    demo.add_argument("--json", action="store_true", help="print each journal entry as JSON")
+    demo.add_argument("--host", help="address the page listens on (default: 127.0.0.1)")
+    demo.add_argument("--port", type=int, help="the page's port (default: 8080; 0: any)")
     demo.add_argument(
-        "--fast", action="store_true", help="no pauses between chunks (for tests and CI)"
+        "--parent",
+        choices=("scripted", "claude", "codex"),
+        help="what drives each run (default: scripted, no model)",
+    )
+    demo.add_argument(
+        "--remote",
+        choices=("builtin", "codex", "claude"),
+        help="the remote A2A agents (default: builtin, research and review, no model)",
+    )
+    demo.add_argument(
+        "--model-endpoint",
+        metavar="URL",
+        help="the model server's base URL for the CLIs (Claude Code: as is; Codex: URL/v1)",
+    )
+    demo.add_argument("--model", metavar="NAME", help="the model name the CLIs ask for")
+    demo.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="the variable holding the endpoint's API key (default: the CLI's own)",
+    )
+    demo.add_argument(
+        "--binary-dir",
+        metavar="DIR",
+        help="where the claude and codex binaries are (default: PATH)",
+    )
+    demo.add_argument(
+        "--print",
+        action="store_true",
+        help="no page: run once with two in-process subagents and print the event stream",
+    )
+    demo.add_argument("--json", action="store_true", help="with --print: one JSON line per entry")
+    demo.add_argument(
+        "--fast", action="store_true", help="with --print: no pauses between chunks (tests, CI)"
     )
 
     serve = sub.add_parser(
@@ -66,9 +105,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     a2a_serve.add_argument(
         "--script",
-        choices=("reply", "slow"),
+        choices=("reply", "slow", "research", "review"),
         default="reply",
-        help="the scripted parent's script (reply: a short answer; slow: ~15 s of text)",
+        help="the scripted parent's script (reply: a short answer; slow: ~15 s of text; "
+        "research, review: the demo's remotes)",
     )
     a2a_serve.add_argument("--binary", help="the CLI binary of a claude-code or codex parent")
     a2a_serve.add_argument("--public-url", help="the base URL the card advertises (proxies)")
@@ -137,9 +177,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
-        from web.demo import run_demo
-
-        return run_demo(as_json=args.json, fast=args.fast)
+        return _demo(args)
     if args.command == "serve":
         from web.serve import serve_main
 
@@ -190,6 +228,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             repeat=args.repeat,
         )
     raise AssertionError(f"unhandled command {args.command!r}")
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from web.demo import DemoOptions, demo_main, run_demo
+
+    served = {
+        "host": args.host,
+        "port": args.port,
+        "parent": args.parent,
+        "remote": args.remote,
+        "model_endpoint": args.model_endpoint,
+        "model": args.model,
+        "api_key_env": args.api_key_env,
+        "binary_dir": args.binary_dir,
+    }
+    given = {key: value for key, value in served.items() if value is not None}
+    if args.print:
+        if given:
+            flags = ", ".join("--" + key.replace("_", "-") for key in given)
+            print(
+                f"subagent-engine demo: --print runs in the terminal: no {flags}", file=sys.stderr
+            )
+            return 2
+        return run_demo(as_json=args.json, fast=args.fast)
+    if args.json or args.fast:
+        print("subagent-engine demo: --json and --fast go with --print", file=sys.stderr)
+        return 2
+    return demo_main(DemoOptions(**given))
 
 
 if __name__ == "__main__":

@@ -1,25 +1,70 @@
-"""The main job until the web server lands: a scripted parent and two in-process subagents.
+"""`subagent-engine demo`: the main job, a parent delegating to remote A2A subagents in the page.
 
-It opens one run on the embedded defaults (no network, no API keys), lets a scripted parent say
-something, call `delegate_to_agent` twice at once (a researcher and a reviewer, both in-process
-agents), use their results and answer, and prints the run's ordered event stream as it happens:
-one line per journal entry (or JSON lines with `--json`). It composes the engine and the
-in-process adapter; it holds no rules of its own.
+This module owns the demo's composition and nothing else: which remote agents run, how they are
+started and stopped, and which parent drives the runs. The server itself is `web.server`'s
+(`open_host`, `create_app`, `serve_app`, as `subagent-engine serve` uses it), the remote agents
+are `subagent-engine a2a-serve` processes, the parents are `adapters.parents`'.
+
+- Default (`--parent scripted --remote builtin`, no model, no API key): two remote A2A agents,
+  `research` and `review` (`BUILTIN_REMOTES`), each an a2a-serve process with the scripted parent
+  playing its script at a human pace, and the page with the scripted parent, whose
+  default script delegates to both at once over the run's MCP endpoint. Each remote is
+  `subagent-engine a2a-serve --parent scripted --script research|review`.
+- `--remote codex|claude`: one remote, `a2a-serve --parent codex|claude-code` on the model
+  endpoint; `--parent claude|codex`: that CLI drives each run (`HostConfig.parent_factory`).
+- `--print`: the terminal demo (`run_demo`): one run with two in-process subagents, its ordered
+  event stream printed as it happens (one line per journal entry, or JSON lines).
+
+Child processes: each remote runs in its own process group with `--watch-stdin` (it exits when
+the demo's end of its stdin closes, so even a killed demo leaves none behind); the demo reads
+its `READY <port>` line, and on Ctrl-C or SIGTERM stops the page first (every run cancelled,
+remote tasks included, while the remotes still listen), then closes their stdin, SIGTERMs their
+groups, waits, and SIGKILLs what is left after a grace period. A second signal skips the wait
+for the runs.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import re
+import shutil
+import signal
+import subprocess
 import sys
-from typing import TextIO
+import tempfile
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from pathlib import Path
+from typing import Any, Final, TextIO
+from urllib.parse import urlsplit
 
+import attrs
 import trio
 
 import engine
 from adapters.inprocess import InProcessTarget, LocalTask
+from adapters.parents import DEFAULT_SCRIPT, Answer, Delegate, Say, ScriptedParent, Think
 from engine import AgentSpec, DelegationRequest, Engine, JournalEntry, Kind, Run
+from web.config import AgentEntry, ConfigError, HostConfig, ParentEntry, ServerEntry
 
-__all__ = ["demo_agents", "run_demo", "scripted_parent"]
+__all__ = [
+    "BUILTIN_REMOTES",
+    "BuiltinRemote",
+    "DemoError",
+    "DemoOptions",
+    "DemoPlan",
+    "DemoStartError",
+    "RemoteAgent",
+    "demo_agents",
+    "demo_main",
+    "model_endpoint_for",
+    "plan_demo",
+    "run_demo",
+    "run_plan",
+    "scripted_parent",
+]
 
 
 def demo_agents(pause: float = 0.05) -> list[AgentSpec]:
@@ -163,3 +208,496 @@ async def _demo(as_json: bool, fast: bool, out: TextIO) -> None:
 def run_demo(*, as_json: bool = False, fast: bool = False, out: TextIO | None = None) -> int:
     trio.run(_demo, as_json, fast, out or sys.stdout)
     return 0
+
+
+# -- the page with remote A2A subagents (`subagent-engine demo`) ----------------------------------
+
+#: How long a remote agent may take to print its READY line.
+READY_TIMEOUT: Final = 60.0
+#: How long a stopped remote agent may take to exit before its process group is killed.
+STOP_GRACE: Final = 10.0
+PARENTS: Final = ("scripted", "claude", "codex")
+REMOTES: Final = ("builtin", "codex", "claude")
+
+Step = Say | Think | Delegate | Answer
+
+
+@attrs.frozen
+class BuiltinRemote:
+    """A built-in remote agent: an a2a-serve process whose scripted parent plays the a2a-serve
+    script named like its key (`web.a2a_serve.SCRIPTS`)."""
+
+    key: str
+    display_name: str
+    description: str
+
+    @property
+    def script(self) -> tuple[Step, ...]:
+        from web.a2a_serve import SCRIPTS
+
+        return SCRIPTS[self.key]
+
+
+#: The default remotes, under the keys the scripted parent's default script delegates to; each
+#: is `subagent-engine a2a-serve --parent scripted --script <key>` (scripts in `web.a2a_serve`).
+BUILTIN_REMOTES: Final[Mapping[str, BuiltinRemote]] = {
+    "research": BuiltinRemote(
+        key="research",
+        display_name="Research Agent",
+        description="Finds and summarizes sources (a scripted A2A agent, no model).",
+    ),
+    "review": BuiltinRemote(
+        key="review",
+        display_name="Review Agent",
+        description="Reviews a plan and gives a verdict (a scripted A2A agent, no model).",
+    ),
+}
+
+
+@attrs.frozen
+class _Cli:
+    kind: str  # the parent kind in the host config and `a2a-serve --parent`
+    binary: str
+    label: str
+    package: str
+
+
+_CLIS: Final = {
+    "claude": _Cli("claude-code", "claude", "Claude Code", "@anthropic-ai/claude-code"),
+    "codex": _Cli("codex", "codex", "Codex", "@openai/codex"),
+}
+
+
+@attrs.frozen(kw_only=True)
+class DemoOptions:
+    """What `subagent-engine demo` runs: its command-line options."""
+
+    host: str = "127.0.0.1"
+    port: int = 8080
+    parent: str = "scripted"  # scripted | claude | codex
+    remote: str = "builtin"  # builtin | codex | claude
+    #: The model server's base URL, for every CLI in the demo: Claude Code gets it as
+    #: ANTHROPIC_BASE_URL, Codex as an OpenAI Responses provider at `<URL>/v1`.
+    model_endpoint: str | None = None
+    model: str | None = None
+    #: The variable holding the endpoint's API key (default: each CLI's own).
+    api_key_env: str | None = None
+    #: Where the `claude` and `codex` binaries are (default: PATH).
+    binary_dir: str | None = None
+
+
+@attrs.frozen
+class RemoteAgent:
+    """One remote A2A agent the demo starts: its registry key, who it is, its command."""
+
+    key: str
+    display_name: str
+    description: str
+    argv: tuple[str, ...]
+    #: What runs, for the user (`a2a-serve --parent codex`).
+    what: str
+
+
+@attrs.frozen
+class DemoPlan:
+    """Everything `demo` decided before anything starts (see `plan_demo`)."""
+
+    options: DemoOptions
+    remotes: tuple[RemoteAgent, ...]
+    parent: ParentEntry
+    #: The scripted parent's script (when `parent.kind` is scripted).
+    script: tuple[Step, ...] = ()
+    #: Files the remotes read, path -> text: a CLI remote's `[parent]` settings.
+    files: Mapping[str, str] = attrs.field(factory=dict)
+
+    def host_config(self, card_urls: Mapping[str, str]) -> HostConfig:
+        """The bundled server's configuration once the remotes listen at `card_urls`."""
+        agents = tuple(
+            AgentEntry(
+                key=remote.key,
+                protocol="a2a",
+                card_url=card_urls[remote.key],
+                display_name=remote.display_name,
+                description=remote.description,
+            )
+            for remote in self.remotes
+        )
+        server = ServerEntry(host=self.options.host, port=self.options.port)
+        return HostConfig(
+            source="subagent-engine demo", server=server, parent=self.parent, agents=agents
+        )
+
+    def parent_factory(self, config: HostConfig) -> Callable[[], Any]:
+        """Each run's parent: the scripted parent with the plan's script, or the CLI of the
+        configuration (`ConfigError` if it cannot be found)."""
+        if self.parent.kind == "scripted":
+            script = self.script
+            return lambda: ScriptedParent(script)
+        return config.parent_factory()
+
+
+class DemoError(Exception):
+    """The options cannot run; each problem names the flag or variable to fix."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = tuple(problems)
+
+
+class DemoStartError(Exception):
+    """A remote agent did not start."""
+
+
+def model_endpoint_for(kind: str, url: str) -> str:
+    """The endpoint a CLI parent gets from the demo's one `--model-endpoint` (a base URL, with
+    or without `/v1`): Claude Code appends `/v1/messages` itself, Codex's provider wants `/v1`."""
+    base = url.rstrip("/")
+    root = base.removesuffix("/v1")
+    return root if kind == "claude-code" else f"{root}/v1"
+
+
+def _find_cli(
+    flag: str, name: str, binary_dir: str | None, which: Callable[[str], str | None]
+) -> tuple[str | None, str | None]:
+    """(the CLI's path, None) or (None, the problem)."""
+    cli = _CLIS[name]
+    if binary_dir is not None:
+        path = Path(binary_dir) / cli.binary
+        if path.is_file() and os.access(path, os.X_OK):
+            return str(path.absolute()), None
+        return None, f"{flag} {name}: no executable {cli.binary!r} in --binary-dir {binary_dir}"
+    found = which(cli.binary)
+    if found:
+        return found, None
+    return None, (
+        f"{flag} {name}: the {cli.label} CLI {cli.binary!r} is not on PATH "
+        f"(npm install -g {cli.package}, or pass --binary-dir DIR)"
+    )
+
+
+def _single_remote_script(remote: RemoteAgent) -> tuple[Step, ...]:
+    return (
+        Say(
+            (
+                "You asked: ",
+                "{prompt}",
+                f". I'll hand it to {remote.display_name}, ",
+                "a remote A2A agent.",
+            )
+        ),
+        Delegate(({"agent": remote.key, "objective": "{prompt}"},)),
+        Answer(intro=f"Here is what {remote.display_name} answered:"),
+    )
+
+
+def _parent_toml(entry: ParentEntry) -> str:
+    """A `[parent]` table for a2a-serve's `--config` (JSON strings are TOML basic strings)."""
+    lines = ["[parent]"]
+    for key in ("kind", "model_endpoint", "model", "api_key_env"):
+        value = getattr(entry, key)
+        if value is not None:
+            lines.append(f"{key} = {json.dumps(value)}")
+    return "\n".join(lines) + "\n"
+
+
+def plan_demo(
+    options: DemoOptions,
+    *,
+    workdir: str,
+    which: Callable[[str], str | None] = shutil.which,
+    environ: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+) -> DemoPlan:
+    """Check the options and decide what runs; `DemoError` lists every problem at once.
+    Nothing starts and nothing is written here (`workdir` only names the remotes' files)."""
+    env = os.environ if environ is None else environ
+    problems: list[str] = []
+    if options.parent not in PARENTS:
+        problems.append(f"--parent {options.parent}: use one of {', '.join(PARENTS)}")
+    if options.remote not in REMOTES:
+        problems.append(f"--remote {options.remote}: use one of {', '.join(REMOTES)}")
+    clis = [
+        (f, n)
+        for f, n in (("--parent", options.parent), ("--remote", options.remote))
+        if n in _CLIS
+    ]
+    binaries: dict[str, str] = {}
+    for flag, name in clis:
+        found, problem = _find_cli(flag, name, options.binary_dir, which)
+        if found:
+            binaries[flag] = found
+        if problem:
+            problems.append(problem)
+    if clis and not options.model_endpoint:
+        who = " and ".join(f"{flag} {name}" for flag, name in clis)
+        problems.append(
+            f"{who} {'needs' if len(clis) == 1 else 'need'} a model endpoint: pass "
+            f"--model-endpoint URL (and --model NAME, --api-key-env VAR if it needs them)"
+        )
+    if clis and options.model_endpoint:
+        url = urlsplit(options.model_endpoint)
+        if url.scheme not in ("http", "https") or not url.netloc:
+            problems.append(
+                f"--model-endpoint {options.model_endpoint}: not an http(s) URL "
+                f"(like http://127.0.0.1:4000)"
+            )
+    if not clis:
+        unused = [
+            flag
+            for flag, value in (
+                ("--model-endpoint", options.model_endpoint),
+                ("--model", options.model),
+                ("--api-key-env", options.api_key_env),
+                ("--binary-dir", options.binary_dir),
+            )
+            if value is not None
+        ]
+        if unused:
+            problems.append(
+                f"{', '.join(unused)}: only for --parent claude|codex or --remote codex|claude"
+            )
+    elif options.api_key_env and not env.get(options.api_key_env):
+        problems.append(
+            f"--api-key-env {options.api_key_env}: the variable {options.api_key_env} is not set"
+        )
+    if problems:
+        raise DemoError(problems)
+
+    def cli_parent(name: str) -> ParentEntry:
+        kind = _CLIS[name].kind
+        endpoint = model_endpoint_for(kind, options.model_endpoint or "")
+        return ParentEntry(
+            kind=kind, model_endpoint=endpoint, model=options.model, api_key_env=options.api_key_env
+        )
+
+    files: dict[str, str] = {}
+    if options.remote == "builtin":
+        remotes = tuple(
+            RemoteAgent(
+                key=remote.key,
+                display_name=remote.display_name,
+                description=remote.description,
+                argv=(
+                    *(python, "-m", "web.cli", "a2a-serve", "--parent", "scripted"),
+                    *("--script", remote.key, "--name", remote.display_name),
+                    *("--description", remote.description),
+                    *("--skill", f"{remote.key}={remote.description}"),
+                    *("--host", "127.0.0.1", "--port", "0", "--watch-stdin"),
+                ),
+                what=f"a2a-serve --parent scripted --script {remote.key}",
+            )
+            for remote in BUILTIN_REMOTES.values()
+        )
+    else:
+        cli = _CLIS[options.remote]
+        path = str(Path(workdir) / f"{options.remote}-remote.toml")
+        files[path] = _parent_toml(cli_parent(options.remote))
+        argv = (
+            python, "-m", "web.cli", "a2a-serve",
+            "--parent", cli.kind,
+            "--config", path,
+            "--binary", binaries["--remote"],
+            "--host", "127.0.0.1",
+            "--port", "0",
+            "--name", cli.label,
+            "--watch-stdin",
+        )  # fmt: skip
+        remotes = (
+            RemoteAgent(
+                key=options.remote,
+                display_name=cli.label,
+                description=f"{cli.label}, a remote A2A agent served by subagent-engine a2a-serve.",
+                argv=argv,
+                what=f"a2a-serve --parent {cli.kind}",
+            ),
+        )
+    if options.parent == "scripted":
+        parent = ParentEntry()
+        script = (
+            DEFAULT_SCRIPT if options.remote == "builtin" else _single_remote_script(remotes[0])
+        )
+    else:
+        parent = attrs.evolve(cli_parent(options.parent), binary=binaries["--parent"])
+        script = ()
+    return DemoPlan(options=options, remotes=remotes, parent=parent, script=script, files=files)
+
+
+@attrs.frozen
+class _Running:
+    remote: RemoteAgent
+    pid: int
+    port: int
+
+    @property
+    def card_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/.well-known/agent-card.json"
+
+
+async def _ready_port(remote: RemoteAgent, proc: trio.Process) -> int:
+    """The port of the remote's `READY <port>` line; `DemoStartError` if it never comes."""
+    assert proc.stdout is not None
+    who = f"the {remote.key} agent ({remote.what})"
+    buffer = b""
+    with trio.move_on_after(READY_TIMEOUT):
+        while b"\n" not in buffer:
+            chunk = await proc.stdout.receive_some(4096)
+            if not chunk:
+                code = await proc.wait()
+                raise DemoStartError(f"{who} exited before it was ready (exit code {code})")
+            buffer += chunk
+        line = buffer.split(b"\n", 1)[0].decode(errors="replace").strip()
+        found = re.fullmatch(r"READY (\d+)", line)
+        if found is None:
+            raise DemoStartError(f"{who} printed {line!r} instead of its READY line")
+        return int(found.group(1))
+    raise DemoStartError(f"{who} was not ready within {READY_TIMEOUT:g} s")
+
+
+@asynccontextmanager
+async def _running_remotes(remotes: Sequence[RemoteAgent]) -> AsyncIterator[list[_Running]]:
+    """Start every remote (each in its own process group), wait for their READY lines; on
+    exit, even a cancelled one, stop them all (see `_stop_remotes`)."""
+    procs: list[trio.Process] = []
+    try:
+        for remote in remotes:
+            proc = await trio.lowlevel.open_process(
+                list(remote.argv),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                start_new_session=True,
+            )
+            procs.append(proc)
+        running = [
+            _Running(remote, proc.pid, await _ready_port(remote, proc))
+            for remote, proc in zip(remotes, procs, strict=True)
+        ]
+        yield running
+    finally:
+        with trio.CancelScope(shield=True):
+            await _stop_remotes(procs, STOP_GRACE)
+
+
+async def _stop_remotes(procs: Sequence[trio.Process], grace: float) -> None:
+    """Close their stdin and SIGTERM their groups, wait up to `grace`, SIGKILL the groups of
+    those still running. A group is only signalled while its leader is not reaped."""
+    for proc in procs:
+        if proc.stdin is not None:
+            with suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                await proc.stdin.aclose()
+        if proc.returncode is None:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGTERM)
+    with trio.move_on_after(grace):
+        for proc in procs:
+            await proc.wait()
+    for proc in procs:
+        if proc.returncode is None:
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        if proc.stdout is not None:
+            await proc.stdout.aclose()
+
+
+def _announce(
+    plan: DemoPlan, url: str, mcp_url: str, running: Sequence[_Running], out: TextIO
+) -> None:
+    keys = " and ".join(r.remote.key for r in running)
+    if plan.parent.kind == "scripted":
+        parent = f"the scripted parent (no model), delegating to {keys} over MCP"
+    else:
+        parent = f"{plan.parent.kind} ({plan.parent.binary}), offered {keys} over MCP"
+    print(f"subagent-engine demo on {url}", file=out)
+    print(f"  parent: {parent} ({mcp_url})", file=out)
+    for r in running:
+        print(
+            f"  {r.remote.key}: a remote A2A agent, {r.remote.what} (pid {r.pid}): {r.card_url}",
+            file=out,
+        )
+    print(
+        "Open the URL, type a prompt and press Run. Ctrl-C stops the page and the agents.", file=out
+    )
+    out.flush()
+
+
+async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
+    """Start the remotes, serve the page until SIGINT/SIGTERM, stop everything."""
+    from web.serve import _page
+    from web.server import create_app, default_encoder_factory, open_host, serve_app
+
+    serving = False
+    stop = trio.Event()
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            everything = trio.CancelScope()
+
+            async def watch_signals() -> None:
+                async for _ in signals:
+                    if stop.is_set() or not serving:
+                        everything.cancel()  # still starting, or a second signal: don't wait
+                    stop.set()
+
+            nursery.start_soon(watch_signals)
+            with everything:
+                async with _running_remotes(plan.remotes) as running:
+                    try:
+                        config = plan.host_config({r.remote.key: r.card_url for r in running})
+                        parent = plan.parent_factory(config)
+                    except ConfigError as exc:
+                        raise DemoStartError(str(exc)) from None
+                    async with open_host(config, config.agent_specs(), parent) as (hosted, mcp):
+                        app = create_app(hosted, config, default_encoder_factory(), page=_page())
+                        async with serve_app(
+                            app, host=plan.options.host, port=plan.options.port
+                        ) as url:
+                            _announce(plan, url, mcp.base_url, running, out)
+                            serving = True
+                            await stop.wait()
+                            print(
+                                "stopping: cancelling every run, then the remote agents", file=out
+                            )
+                            out.flush()
+            nursery.cancel_scope.cancel()
+
+
+def demo_main(options: DemoOptions, *, out: TextIO | None = None) -> int:
+    """`subagent-engine demo`: 0 after Ctrl-C or SIGTERM, 2 for options that cannot run, 1 if
+    it could not start (a remote agent, or the page's port is taken)."""
+    with tempfile.TemporaryDirectory(prefix="subagent-engine-demo-") as workdir:
+        try:
+            plan = plan_demo(options, workdir=workdir)
+        except DemoError as exc:
+            for problem in exc.problems:
+                print(f"subagent-engine demo: {problem}", file=sys.stderr)
+            return 2
+        for path, text in plan.files.items():
+            Path(path).write_text(text, encoding="utf-8")
+        return run_plan(plan, out or sys.stdout)
+
+
+def run_plan(plan: DemoPlan, out: TextIO) -> int:
+    """Run a checked plan until Ctrl-C or SIGTERM (0); 1 with the reason if it cannot start."""
+    try:
+        trio.run(_serve_demo, plan, out)
+    except Exception as exc:
+        problem = _start_problem(exc, plan.options)
+        if problem is None:
+            raise
+        print(f"subagent-engine demo: {problem}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _start_problem(exc: BaseException, options: DemoOptions) -> str | None:
+    """Why the demo could not start, if `exc` (or an exception group's leaf) says so."""
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            problem = _start_problem(inner, options)
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(exc, DemoStartError):
+        return str(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return f"{options.host}:{options.port} is in use: pass --port P (0: any free port)"
+    return None
