@@ -5,18 +5,28 @@ bytes in one of four visibility modes (`attributed`, `custom`, `inline`, `hidden
 `parse_sse` reads captured SSE back into events and `check_events` / `check_frames` hold them
 to the AG-UI verifier rules (`Rule`, `Violation`). Everything here is sans-IO: the server
 (`web.server`) and the `check-stream` command do the I/O.
+
+Remote AG-UI agents as delegation targets: `AguiTarget(AguiAgentConfig(url=...))` is what a host
+registers under an agent key (`AgentSpec(key=..., protocol="agui", target=...)`); the
+translation of the remote's stream is `AguiRemoteMapper` (sans-IO, `_remote`), the I/O `_target`.
 """
 
 from adapters.agui._checker import Rule, StreamChecker, Violation, check_events, check_frames
 from adapters.agui._chunks import ChunkError, ChunkExpander
 from adapters.agui._encoder import MODES, AguiStreamEncoder, SharedEncoding, frame_events
+from adapters.agui._remote import AguiRemoteMapper, RemoteSseDecoder
 from adapters.agui._sse import SseError, parse_sse
+from adapters.agui._target import AguiAgentConfig, AguiTarget
 
 __all__ = [
     "MODES",
+    "AguiAgentConfig",
+    "AguiRemoteMapper",
     "AguiStreamEncoder",
+    "AguiTarget",
     "ChunkError",
     "ChunkExpander",
+    "RemoteSseDecoder",
     "Rule",
     "SharedEncoding",
     "SseError",

@@ -172,3 +172,116 @@ def test_an_empty_file_is_the_defaults() -> None:
     assert config.server.visibility == "attributed"
     assert config.server.cors_origins == ()
     assert config.parent.kind == "scripted"
+
+
+# --- AG-UI agents --------------------------------------------------------------------------------
+
+AGUI = textwrap.dedent(
+    """\
+    [[agents]]
+    key = "writer"
+    protocol = "agui"
+    url = "https://agents.example/writer/run"
+    stop_url = "https://agents.example/writer/stop/{run_id}"
+    auth = { token_env = "WRITER_TOKEN" }
+    forward_identity = true
+
+    [agents.policy]
+    input_required = "surface"
+
+    [[agents]]
+    key = "research"
+    card_url = "https://agents.example/research/.well-known/agent-card.json"
+    """
+)
+
+
+def test_an_agui_agent_is_an_endpoint_url_with_an_optional_stop_url() -> None:
+    config = parse_config(AGUI, "host.toml")
+    writer, research = config.agents
+    assert (writer.protocol, writer.url, writer.card_url) == (
+        "agui",
+        "https://agents.example/writer/run",
+        "",
+    )
+    assert writer.stop_url == "https://agents.example/writer/stop/{run_id}"
+    assert writer.policy == DelegationPolicy(input_required="surface")
+    assert (research.protocol, research.url, research.stop_url) == ("a2a", None, None)
+
+
+def test_agui_agent_specs_get_an_agui_target_with_the_credential() -> None:
+    from adapters.agui import AguiTarget
+
+    specs = parse_config(AGUI, "host.toml").agent_specs({"WRITER_TOKEN": "w-s3cret"})
+    writer, research = specs
+    assert isinstance(writer.target, AguiTarget) and writer.protocol == "agui"
+    assert writer.target.config.url == "https://agents.example/writer/run"
+    assert writer.target.config.stop_url == "https://agents.example/writer/stop/{run_id}"
+    assert writer.target.config.auth_header == ("Authorization", "Bearer w-s3cret")
+    assert writer.target.config.forward_identity
+    assert writer.target.capabilities.cancel and writer.target.capabilities.input
+    assert "w-s3cret" in writer.all_secrets
+    assert isinstance(research.target, A2ATarget)
+
+
+def test_an_agui_agent_without_stop_url_cannot_cancel_beyond_closing_its_stream() -> None:
+    text = '[[agents]]\nkey = "w"\nprotocol = "agui"\nurl = "http://127.0.0.1:9/run"\n'
+    (spec,) = parse_config(text, "host.toml").agent_specs({})
+    assert spec.target.capabilities.cancel is False
+    assert spec.target.capabilities.resubscribe is False
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "field", "message"),
+    [
+        (
+            '[[agents]]\nkey = "w"\nprotocol = "agui"\n',
+            1,
+            "agents[0]",
+            "missing required setting 'url'",
+        ),
+        (
+            '[[agents]]\nkey = "w"\nprotocol = "agui"\nurl = "ftp://h/run"\n',
+            4,
+            "agents[0].url",
+            "http(s) URL",
+        ),
+        (
+            '[[agents]]\nkey = "w"\nprotocol = "agui"\nurl = "http://h/run"\nstop_url = "nope"\n',
+            5,
+            "agents[0].stop_url",
+            "http(s) URL",
+        ),
+        (
+            '[[agents]]\nkey = "w"\nprotocol = "agui"\nurl = "http://u:p@h/run"\n',
+            4,
+            "agents[0].url",
+            "must not carry credentials",
+        ),
+        (
+            '[[agents]]\nkey = "w"\nprotocol = "agui"\nurl = "http://h/run"\n'
+            'card_url = "http://h/c"\n',
+            5,
+            "agents[0].card_url",
+            "is for a2a agents only",
+        ),
+        (
+            '[[agents]]\nkey = "r"\ncard_url = "http://h/c"\nurl = "http://h/run"\n',
+            4,
+            "agents[0].url",
+            "is for agui agents only",
+        ),
+        (
+            '[[agents]]\nkey = "r"\ncard_url = "http://h/c"\nstop_url = "http://h/stop"\n',
+            4,
+            "agents[0].stop_url",
+            "is for agui agents only",
+        ),
+    ],
+)
+def test_agui_mistakes_name_file_line_and_field(
+    text: str, line: int, field: str, message: str
+) -> None:
+    error = _error(text)
+    assert (error.source, error.line, error.field) == ("bad.toml", line, field)
+    assert message in error.message

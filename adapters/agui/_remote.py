@@ -1,0 +1,781 @@
+"""Where a remote AG-UI agent's stream becomes engine updates (sans-IO).
+
+`AguiRemoteMapper` translates the SSE body of a remote AG-UI agent's run (the response to the
+`RunAgentInput` the engine POSTed, 000 §9 "Remote AG-UI to DelegationEvent") into
+protocol-neutral `TargetUpdate`s. It performs no I/O, never awaits and imports no Trio: the
+session in `adapters.agui._target` moves bytes and calls it. It never raises either: malformed
+input sets `error` (a `DelegationError`, `malformed_remote_payload`; `stream_interrupted` for a
+stream that ended without a terminal), returns the updates of everything before it, and ignores
+everything after it. The caller emits what it got, then raises `error`.
+
+It owns the rules of the remote's stream the engine cannot see, because they need AG-UI's own
+fields: SSE framing (`RemoteSseDecoder`: the rules of `adapters.agui._sse.parse_sse`, read
+incrementally and, as a consumer of a remote, with every line ending SSE allows and `id:` lines
+ignored as the AG-UI transport spec asks), chunk expansion (`ChunkExpander`, the official
+client's `transformChunks`, applied first as the client does), the run's lifecycle (nothing
+before RUN_STARTED but a RUN_ERROR, nothing after the run ended), and the open/close discipline of
+messages and tool calls (content for a message that was never started is malformed). It must not
+repeat the rules of `engine._delegation.DelegationState`, which consumes its output: that one
+synthesizes a missing start, keeps exactly one terminal, folds unchanged statuses and bounds the
+text.
+
+Theory of operation. RUN_STARTED yields `subagent.started` (the remote run id is the remote task
+id, the thread id the remote context id). TEXT_MESSAGE_* and REASONING_MESSAGE_* keep their
+message lifecycle as `subagent.text.*` / `subagent.reasoning.*`; TOOL_CALL_* become
+`subagent.tool_call.*`, the remote's own tools, never the parent's; STEP_* are statuses; CUSTOM
+keeps its name and value, and RAW, STATE_*, MESSAGES_SNAPSHOT, ACTIVITY_* and the remote's own
+SUBAGENT_* become `subagent.custom` named `agui.<type>` with the payload (bounded) in
+`raw["value"]`. RUN_FINISHED ends the delegation: its `result` is the summary; an `interrupt`
+outcome is `subagent.input_required` and suspends the mapper with every interrupt id kept in
+`interrupts` until `resume()` (the session's answer starts the remote's resume run, whose
+RUN_STARTED is a `working` status, not a second start); a `cancelled` outcome is
+`subagent.cancelled`. RUN_ERROR is `subagent.failed` (`remote_failed`). Messages and tool calls
+still open when the run ends or suspends are closed first.
+
+Nesting comes later. An event a remote subagent produced (`subagentRunId`) is mapped as the
+remote's own content for now, with `subagentRunId` (and, on SUBAGENT_STARTED,
+`parentSubagentRunId`, `parentToolCallId`) kept in the update's `raw`; `remote_subagents` records
+the subagents announced, so the encoder can later draw them as subagents of this subagent.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from collections import Counter, OrderedDict
+from collections.abc import Iterator
+from typing import Any, Final
+
+from adapters.agui._chunks import ChunkError, ChunkExpander
+from adapters.agui._sse import _finite_float, _refuse_constant
+from engine import DelegationError, ErrorCode, Kind, TargetUpdate
+
+__all__ = [
+    "MAX_CARRIED_JSON_BYTES",
+    "MAX_ERROR_CHARS",
+    "MAX_FRAME_BYTES",
+    "AguiRemoteMapper",
+    "RemoteSseDecoder",
+]
+
+#: Longest SSE frame (or unterminated line) accepted from a remote, in characters.
+MAX_FRAME_BYTES: Final = 4 << 20
+#: A remote payload (custom value, state, result, interrupt) larger than this as JSON is not
+#: carried; a marker says how large it was.
+MAX_CARRIED_JSON_BYTES: Final = 64 << 10
+#: A remote failure message or summary rendered from JSON is cut to this many characters.
+MAX_ERROR_CHARS: Final = 500
+#: Longest id (message, tool call, run, thread, interrupt, subagent) accepted.
+MAX_ID_CHARS: Final = 512
+#: Messages, reasoning messages and tool calls open at once; interrupts of one suspension.
+MAX_OPEN: Final = 1024
+MAX_INTERRUPTS: Final = 256
+#: Remote subagents remembered (for nesting later), oldest forgotten first.
+TRACKED_SUBAGENTS: Final = 1024
+
+_TEXT_ROLES: Final = frozenset({"developer", "system", "assistant", "user"})
+_LINE_END: Final = re.compile(r"\r\n|\r|\n")
+_ESCAPED_SURROGATE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+_CUSTOM_TYPES: Final = {
+    "RAW": "agui.raw",
+    "STATE_SNAPSHOT": "agui.state_snapshot",
+    "STATE_DELTA": "agui.state_delta",
+    "MESSAGES_SNAPSHOT": "agui.messages_snapshot",
+    "ACTIVITY_SNAPSHOT": "agui.activity_snapshot",
+    "ACTIVITY_DELTA": "agui.activity_delta",
+    "SUBAGENT_STARTED": "agui.subagent_started",
+    "SUBAGENT_FINISHED": "agui.subagent_finished",
+    "SUBAGENT_ERROR": "agui.subagent_error",
+}
+#: Fields of an event that are envelope, not payload, when the payload is the event itself.
+_ENVELOPE: Final = frozenset({"type", "timestamp", "rawEvent", "metadata", "subagentRunId"})
+#: Known types that carry nothing the delegation shows (the remote's reasoning phases, its
+#: encrypted reasoning): accepted, counted in `ignored`.
+_SILENT: Final = frozenset({"REASONING_START", "REASONING_END", "REASONING_ENCRYPTED_VALUE"})
+
+# Phases of the remote run, as the mapper sees it.
+_WAITING: Final = "waiting"  # for RUN_STARTED (first run, or the resume run)
+_RUNNING: Final = "running"
+_SUSPENDED: Final = "suspended"  # RUN_FINISHED with an interrupt outcome
+_ENDED: Final = "ended"  # a terminal was mapped, or `error` is set
+
+
+class _Malformed(Exception):
+    """Internal: what a rule found wrong; becomes `error`."""
+
+
+class RemoteSseDecoder:
+    """An SSE response body, fed in pieces, as the AG-UI events it frames.
+
+    The rules of `adapters.agui._sse.parse_sse` (blocks separated by a blank line, `data:` lines
+    joined by LF, `:` comments and `event:` / `retry:` / unknown fields ignored, data that is not
+    a JSON object, NaN/Infinity tokens or out-of-range numbers refused), read incrementally and
+    as a consumer: CRLF and CR line endings are legal SSE (sse-starlette sends CRLF) and `id:`
+    lines are ignored, as the AG-UI transport spec requires. A frame or a line longer than
+    `max_frame_bytes` characters is refused. `feed` yields events as they complete and raises
+    `DelegationError(malformed_remote_payload)` at the first frame it cannot read.
+    """
+
+    def __init__(self, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
+        self._text = ""
+        self._data: list[str] = []
+        self._data_chars = 0
+        self._started = False
+
+    def feed(self, data: bytes) -> Iterator[dict[str, Any]]:
+        try:
+            text = self._decoder.decode(bytes(data))
+        except UnicodeDecodeError as exc:
+            # The frames before the bad byte come first, however the body was cut.
+            yield from self._lines(exc.object[: exc.start].decode("utf-8"), final=False)
+            raise _malformed(f"the stream is not UTF-8 ({exc.reason})") from None
+        yield from self._lines(text, final=False)
+
+    def close(self) -> Iterator[dict[str, Any]]:
+        """The body ended: the last frame counts even without its blank line (as `parse_sse`)."""
+        try:
+            text = self._decoder.decode(b"", final=True)
+        except UnicodeDecodeError as exc:
+            yield from self._lines(exc.object[: exc.start].decode("utf-8"), final=False)
+            raise _malformed(f"the stream is not UTF-8 ({exc.reason})") from None
+        yield from self._lines(text, final=True)
+        if self._data:
+            yield self._dispatch()
+
+    def _lines(self, text: str, *, final: bool) -> Iterator[dict[str, Any]]:
+        if not self._started and (self._text or text):
+            self._started = True
+            text = text.removeprefix("\ufeff")  # SSE: one leading BOM is ignored
+        buffer = self._text + text if self._text else text
+        position = 0
+        for match in _LINE_END.finditer(buffer):
+            if match.group() == "\r" and match.end() == len(buffer) and not final:
+                break  # a CR at the end of a piece may be the first half of a CRLF
+            line = buffer[position : match.start()]
+            position = match.end()
+            event = self._line(line)
+            if event is not None:
+                yield event
+        rest = buffer[position:]
+        if final and rest:
+            event = self._line(rest)
+            if event is not None:
+                yield event
+            rest = ""
+        if len(rest) > self.max_frame_bytes:
+            raise _malformed(f"an SSE line is longer than {self.max_frame_bytes} characters")
+        self._text = rest
+
+    def _line(self, line: str) -> dict[str, Any] | None:
+        if not line:
+            return self._dispatch() if self._data else None
+        if line.startswith(":"):
+            return None
+        field, _, value = line.partition(":")
+        if field == "data":
+            value = value.removeprefix(" ")
+            self._data_chars += len(value) + 1
+            if self._data_chars > self.max_frame_bytes:
+                raise _malformed(f"an SSE frame is longer than {self.max_frame_bytes} characters")
+            self._data.append(value)
+        # `id:` (AG-UI consumers MUST ignore it), `event:`, `retry:` and unknown fields: ignored.
+        return None
+
+    def _dispatch(self) -> dict[str, Any]:
+        text = "\n".join(self._data)
+        self._data = []
+        self._data_chars = 0
+        try:
+            event = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
+        except (ValueError, RecursionError) as exc:
+            raise _malformed(f"an SSE frame's data is not JSON: {str(exc)[:120]}") from None
+        if _ESCAPED_SURROGATE.search(text):
+            # JSON can spell unpaired surrogates ("\\ud800"); they cannot be sent on as UTF-8.
+            try:
+                event = _without_lone_surrogates(event)
+            except RecursionError:
+                raise _malformed("an SSE frame's data is nested too deeply") from None
+        if not isinstance(event, dict):
+            raise _malformed(f"an SSE frame's data is a JSON {type(event).__name__}, not an event")
+        return event
+
+
+class AguiRemoteMapper:
+    """Translates one delegation's remote AG-UI runs into `TargetUpdate`s. Not thread-safe.
+
+    `feed(data)` takes the response body as it arrives (`end()` when it ended), `feed_event`
+    one already parsed event. Each returns the updates to emit, in order (often none), and never
+    raises: see `error`. After `subagent.input_required`, `resume()` prepares for the resume
+    run's stream. `task_id` is the first run's id, `run_id` the current run's, `thread_id` the
+    remote's thread; `interrupts` the interrupts of the last suspension (every one of them).
+    """
+
+    def __init__(self, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self.max_frame_bytes = max_frame_bytes
+        #: Why the mapper stopped (`malformed_remote_payload`, `stream_interrupted`), or None.
+        self.error: DelegationError | None = None
+        self.task_id: str | None = None
+        self.run_id: str | None = None
+        self.thread_id: str | None = None
+        self.run_ids: list[str] = []
+        #: The interrupts of the last RUN_FINISHED with an interrupt outcome, as the remote sent
+        #: them (`id`, `reason`, `message`, `toolCallId`, `subagentRunId`, ...).
+        self.interrupts: list[dict[str, Any]] = []
+        #: `finished`, `failed` or `cancelled` once the remote's run ended that way.
+        self.terminal: str | None = None
+        #: Remote subagents announced (SUBAGENT_STARTED): id -> announcement (bounded).
+        self.remote_subagents: OrderedDict[str, dict[str, Any]] = OrderedDict()
+        #: Events accepted but not shown, by reason (`after_end`, `unknown_type`, ...).
+        self.ignored: Counter[str] = Counter()
+        self.events = 0
+        self._phase = _WAITING
+        self._resuming = False
+        self._decoder = RemoteSseDecoder(max_frame_bytes=max_frame_bytes)
+        self._chunks = ChunkExpander()
+        self._texts: dict[str, str] = {}  # open message id -> family ("text" | "reasoning")
+        self._tools: dict[str, str] = {}  # open tool call id -> name
+
+    # -- public surface -----------------------------------------------------------------------
+
+    @property
+    def suspended(self) -> bool:
+        """The remote's run ended with an interrupt outcome and waits for `resume()`."""
+        return self._phase == _SUSPENDED
+
+    @property
+    def done(self) -> bool:
+        """Nothing more will be mapped: a terminal, an error, or a suspension."""
+        return self._phase in (_ENDED, _SUSPENDED)
+
+    def feed(self, data: bytes) -> list[TargetUpdate]:
+        """Updates for the next piece of the SSE response body."""
+        if self.done:
+            return []
+        return self._decoded(self._decoder.feed(data))
+
+    def end(self) -> list[TargetUpdate]:
+        """The response body ended. A run that neither ended nor suspended is
+        `stream_interrupted` (in `error`)."""
+        out: list[TargetUpdate] = []
+        if not self.done:
+            out = self._decoded(self._decoder.close())
+        if self._phase in (_WAITING, _RUNNING) and self.error is None:
+            where = "before RUN_STARTED" if self._phase == _WAITING else "before the run ended"
+            self._fail(
+                DelegationError(
+                    code=ErrorCode.STREAM_INTERRUPTED,
+                    message=f"The remote AG-UI stream ended {where} "
+                    f"(no RUN_FINISHED or RUN_ERROR after {self.events} events).",
+                )
+            )
+        return out
+
+    def resume(self) -> None:
+        """The input request was answered with a resume run: expect its stream (a new body,
+        opened by RUN_STARTED)."""
+        if self._phase != _SUSPENDED:
+            return
+        self._phase = _WAITING
+        self._resuming = True
+        self._decoder = RemoteSseDecoder(max_frame_bytes=self.max_frame_bytes)
+        self._chunks = ChunkExpander()
+
+    def feed_event(self, event: Any) -> list[TargetUpdate]:
+        """Updates for one parsed AG-UI event (chunk events are expanded first)."""
+        if self._phase == _ENDED:
+            return []
+        out: list[TargetUpdate] = []
+        try:
+            self._event(event, out)
+        except _Malformed as exc:
+            self._fail(_malformed(str(exc)))
+        return out
+
+    # -- feeding ------------------------------------------------------------------------------
+
+    def _decoded(self, events: Iterator[dict[str, Any]]) -> list[TargetUpdate]:
+        out: list[TargetUpdate] = []
+        try:
+            for event in events:
+                self._event(event, out)
+                if self.done:
+                    break  # what follows the run's end is not read (however the body was cut)
+        except DelegationError as error:
+            self._fail(error)
+        except _Malformed as exc:
+            self._fail(_malformed(str(exc)))
+        return out
+
+    def _fail(self, error: DelegationError) -> None:
+        if self.error is None:
+            self.error = error
+        self._phase = _ENDED
+
+    def _event(self, event: Any, out: list[TargetUpdate]) -> None:
+        if not isinstance(event, dict):
+            raise _Malformed(f"an event is a JSON {type(event).__name__}, not an object")
+        self.events += 1
+        if self._phase == _SUSPENDED:
+            self.ignored["after_end"] += 1
+            return
+        try:
+            expanded = self._chunks.feed(event)
+        except ChunkError as exc:
+            problem = f"a chunk event cannot be expanded ({exc.code}): {exc.message}"
+            raise _Malformed(problem) from None
+        for one in expanded:
+            if self._phase in (_ENDED, _SUSPENDED):
+                self.ignored["after_end"] += 1
+                continue
+            self._map(one, out)
+
+    def _map(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        kind = event.get("type")
+        if not isinstance(kind, str):
+            raise _Malformed("an event has no string `type`")
+        if self._phase == _WAITING:
+            if kind == "RUN_STARTED":
+                self._run_started(event, out)
+            elif kind == "RUN_ERROR":
+                # A remote that fails before it starts (bad input, no capacity) still says why:
+                # its message is worth more to the parent than "malformed".
+                self._run_error(event, out, before_start=True)
+            else:
+                raise _Malformed(f"{_type_name(kind)} before RUN_STARTED")
+            return
+        handler = _HANDLERS.get(kind)
+        if handler is not None:
+            handler(self, event, out)
+        elif kind in _CUSTOM_TYPES:
+            self._carried_custom(kind, event, out)
+        elif kind in _SILENT:
+            _attribution(event)
+            self.ignored[kind.lower()] += 1
+        else:
+            self.ignored["unknown_type"] += 1
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def _run_started(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        thread_id = _id(event, "threadId")
+        run_id = _id(event, "runId")
+        self._phase = _RUNNING
+        previous = self.run_id
+        self.run_id = run_id
+        self.run_ids.append(run_id)
+        if self.thread_id is None:
+            self.thread_id = thread_id
+        raw = _drop_none({"runId": run_id, "threadId": thread_id})
+        parent = event.get("parentRunId")
+        if isinstance(parent, str):
+            raw["parentRunId"] = parent
+        if self.task_id is None:
+            self.task_id = run_id
+            out.append(self._update(Kind.STARTED, status="working", raw=raw))
+            return
+        # The resume run (002: a continuation, the same subagent): news, not a second start.
+        raw["resumedFrom"] = previous
+        out.append(
+            self._update(Kind.STATUS, status="working", text=f"resumed as run {run_id}", raw=raw)
+        )
+
+    def _run_finished(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        for key in ("threadId", "runId"):
+            _id(event, key)
+        outcome = event.get("outcome")
+        kind = "success"
+        if outcome is not None:
+            if not isinstance(outcome, dict) or not isinstance(outcome.get("type"), str):
+                raise _Malformed("RUN_FINISHED has an outcome without a string `type`")
+            kind = outcome["type"]
+        if kind == "interrupt" and isinstance(outcome, dict):
+            interrupts = _interrupts(outcome)
+            self._close_open(out)
+            self._phase = _SUSPENDED
+            self.interrupts = interrupts
+            questions = [str(i.get("message") or i.get("reason") or i["id"]) for i in interrupts]
+            raw: dict[str, Any] = {
+                "runId": self.run_id,
+                "interruptIds": [i["id"] for i in interrupts],
+                "interrupts": _carried(interrupts),
+            }
+            out.append(
+                self._update(
+                    Kind.INPUT_REQUIRED,
+                    status="input_required",
+                    text=_truncate("\n".join(questions), 4 * MAX_ERROR_CHARS),
+                    raw=raw,
+                )
+            )
+            return
+        self._close_open(out)
+        self._phase = _ENDED
+        raw = {"runId": self.run_id}
+        if kind == "cancelled":
+            self.terminal = "cancelled"
+            out.append(self._update(Kind.CANCELLED, status="cancelled", raw=raw))
+            return
+        # Success, or an outcome this version does not know: 1.0 says a consumer reads an
+        # unknown outcome as success (it is stripped).
+        if kind != "success":
+            raw["outcome"] = kind
+        result = event.get("result")
+        if result is not None:
+            raw["result"] = _carried(result)
+        self.terminal = "finished"
+        out.append(self._update(Kind.FINISHED, status="completed", text=_summary(result), raw=raw))
+
+    def _run_error(
+        self, event: dict[str, Any], out: list[TargetUpdate], *, before_start: bool = False
+    ) -> None:
+        message = event.get("message")
+        code = event.get("code")
+        metadata: dict[str, Any] = {}
+        if isinstance(code, str) and code:
+            metadata["remote_code"] = code[:MAX_ID_CHARS]
+        if before_start:
+            metadata["before_run_started"] = True
+        error = DelegationError(
+            code=ErrorCode.REMOTE_FAILED,
+            message=_truncate(message)
+            if isinstance(message, str) and message
+            else "The remote AG-UI agent reported that the run failed.",
+            remote_status="failed",
+            metadata=metadata or None,
+        )
+        self._close_open(out)
+        self._phase = _ENDED
+        self.terminal = "failed"
+        raw = _drop_none({"runId": self.run_id, "code": metadata.get("remote_code")})
+        out.append(self._update(Kind.FAILED, status="failed", error=error, raw=raw or None))
+
+    def _close_open(self, out: list[TargetUpdate]) -> None:
+        """Close what the remote left open (the engine would close messages, not tool calls)."""
+        for tool_call_id in list(self._tools):
+            del self._tools[tool_call_id]
+            out.append(self._tool_update(Kind.TOOL_CALL_END, tool_call_id))
+        for message_id, family in list(self._texts.items()):
+            del self._texts[message_id]
+            end = Kind.TEXT_END if family == "text" else Kind.REASONING_END
+            out.append(self._update(end, message_id=message_id, remote_message_id=message_id))
+
+    # -- messages -----------------------------------------------------------------------------
+
+    def _message_start(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        family = "text" if event["type"] == "TEXT_MESSAGE_START" else "reasoning"
+        message_id = _id(event, "messageId")
+        raw = _attribution(event)
+        if message_id in self._texts:
+            raise _Malformed(f"{event['type']} for message {message_id!r}, which is already open")
+        if len(self._texts) >= MAX_OPEN:
+            raise _Malformed(f"more than {MAX_OPEN} messages open at once")
+        role = event.get("role")
+        if family == "text":
+            if role is None:
+                role = "assistant"
+            elif role not in _TEXT_ROLES:
+                raise _Malformed(f"TEXT_MESSAGE_START with role {_type_name(role)}")
+        else:
+            role = "reasoning"
+        name = event.get("name")
+        self._texts[message_id] = family
+        out.append(
+            self._update(
+                Kind.TEXT_START if family == "text" else Kind.REASONING_START,
+                message_id=message_id,
+                remote_message_id=message_id,
+                role=role,
+                name=name if isinstance(name, str) and name else None,
+                raw=raw,
+            )
+        )
+
+    def _message_content(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        family = "text" if event["type"] == "TEXT_MESSAGE_CONTENT" else "reasoning"
+        message_id = self._open_message(event, family)
+        delta = event.get("delta")
+        if not isinstance(delta, str):
+            raise _Malformed(f"{event['type']} without a string delta")
+        raw = _attribution(event)
+        if not delta:
+            self.ignored["empty_delta"] += 1
+            return
+        out.append(
+            self._update(
+                Kind.TEXT_DELTA if family == "text" else Kind.REASONING_DELTA,
+                message_id=message_id,
+                remote_message_id=message_id,
+                delta=delta,
+                raw=raw,
+            )
+        )
+
+    def _message_end(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        family = "text" if event["type"] == "TEXT_MESSAGE_END" else "reasoning"
+        message_id = self._open_message(event, family)
+        raw = _attribution(event)
+        del self._texts[message_id]
+        out.append(
+            self._update(
+                Kind.TEXT_END if family == "text" else Kind.REASONING_END,
+                message_id=message_id,
+                remote_message_id=message_id,
+                raw=raw,
+            )
+        )
+
+    def _open_message(self, event: dict[str, Any], family: str) -> str:
+        message_id = _id(event, "messageId")
+        if self._texts.get(message_id) != family:
+            noun = "message" if family == "text" else "reasoning message"
+            raise _Malformed(
+                f"{event['type']} for a {noun} that was never started ({message_id!r})"
+            )
+        return message_id
+
+    # -- tool calls ---------------------------------------------------------------------------
+
+    def _tool_start(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        tool_call_id = _id(event, "toolCallId")
+        name = _id(event, "toolCallName")
+        raw = _attribution(event)
+        parent = event.get("parentMessageId")
+        if isinstance(parent, str) and parent:
+            raw = {**(raw or {}), "parentMessageId": parent[:MAX_ID_CHARS]}
+        if tool_call_id in self._tools:
+            raise _Malformed(
+                f"TOOL_CALL_START for tool call {tool_call_id!r}, which is already open"
+            )
+        if len(self._tools) >= MAX_OPEN:
+            raise _Malformed(f"more than {MAX_OPEN} tool calls open at once")
+        self._tools[tool_call_id] = name
+        out.append(self._tool_update(Kind.TOOL_CALL_START, tool_call_id, tool_name=name, raw=raw))
+
+    def _tool_args(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        tool_call_id = self._open_tool(event)
+        delta = event.get("delta")
+        if not isinstance(delta, str):
+            raise _Malformed("TOOL_CALL_ARGS without a string delta")
+        raw = _attribution(event)
+        if not delta:
+            self.ignored["empty_delta"] += 1
+            return
+        name = self._tools[tool_call_id]
+        out.append(
+            self._tool_update(
+                Kind.TOOL_CALL_ARGS, tool_call_id, tool_name=name, delta=delta, raw=raw
+            )
+        )
+
+    def _tool_end(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        tool_call_id = self._open_tool(event)
+        raw = _attribution(event)
+        name = self._tools.pop(tool_call_id)
+        out.append(self._tool_update(Kind.TOOL_CALL_END, tool_call_id, tool_name=name, raw=raw))
+
+    def _tool_result(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        tool_call_id = _id(event, "toolCallId")
+        message_id = _id(event, "messageId")
+        content = event.get("content")
+        if not isinstance(content, str | list):
+            raise _Malformed("TOOL_CALL_RESULT without a string or list content")
+        raw = {**(_attribution(event) or {}), "messageId": message_id}
+        name = self._tools.pop(tool_call_id, None)
+        if name is not None:  # a result closes its call (the client sees END before RESULT)
+            out.append(self._tool_update(Kind.TOOL_CALL_END, tool_call_id, tool_name=name))
+        # A result for a call this stream never started is legal: it answers an earlier run's.
+        result = content if isinstance(content, str) else _carried(content)
+        out.append(
+            self._tool_update(
+                Kind.TOOL_CALL_RESULT, tool_call_id, tool_name=name, result=result, raw=raw
+            )
+        )
+
+    def _open_tool(self, event: dict[str, Any]) -> str:
+        tool_call_id = _id(event, "toolCallId")
+        if tool_call_id not in self._tools:
+            raise _Malformed(
+                f"{event['type']} for a tool call that was never started ({tool_call_id!r})"
+            )
+        return tool_call_id
+
+    # -- statuses and custom payloads ---------------------------------------------------------
+
+    def _step(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        name = _id(event, "stepName")
+        raw = {**(_attribution(event) or {}), "type": event["type"], "stepName": name}
+        verb = "started" if event["type"] == "STEP_STARTED" else "finished"
+        out.append(self._update(Kind.STATUS, status="working", text=f"step {name} {verb}", raw=raw))
+
+    def _custom(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        name = event.get("name")
+        if not isinstance(name, str) or not name:
+            raise _Malformed("CUSTOM without a name")
+        if "value" not in event:
+            raise _Malformed("CUSTOM without a value")
+        raw = {**(_attribution(event) or {}), "value": _carried(event["value"])}
+        out.append(self._update(Kind.CUSTOM, name=name[:MAX_ID_CHARS], raw=raw))
+
+    def _carried_custom(self, kind: str, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        raw = _attribution(event) or {}
+        if kind.startswith("SUBAGENT_"):
+            subagent = _id(event, "subagentRunId")
+            if kind == "SUBAGENT_STARTED":
+                _id(event, "name")
+                for key in ("parentSubagentRunId", "parentToolCallId", "parentMessageId"):
+                    value = event.get(key)
+                    if isinstance(value, str):
+                        raw[key] = value[:MAX_ID_CHARS]
+                self.remote_subagents[subagent] = {
+                    k: v for k, v in event.items() if k not in _ENVELOPE and isinstance(v, str)
+                }
+                while len(self.remote_subagents) > TRACKED_SUBAGENTS:
+                    self.remote_subagents.popitem(last=False)
+        payload = {key: value for key, value in event.items() if key not in _ENVELOPE}
+        raw["value"] = _carried(payload)
+        out.append(self._update(Kind.CUSTOM, name=_CUSTOM_TYPES[kind], raw=raw))
+
+    # -- building updates ---------------------------------------------------------------------
+
+    def _update(self, kind: str, **fields: Any) -> TargetUpdate:
+        return TargetUpdate(
+            kind=kind, remote_task_id=self.task_id, remote_context_id=self.thread_id, **fields
+        )
+
+    def _tool_update(self, kind: str, tool_call_id: str, **fields: Any) -> TargetUpdate:
+        return self._update(
+            kind, tool_call_id=tool_call_id, remote_tool_call_id=tool_call_id, **fields
+        )
+
+
+_HANDLERS: Final = {
+    "RUN_STARTED": lambda self, event, out: _second_start(),
+    "RUN_FINISHED": AguiRemoteMapper._run_finished,
+    "RUN_ERROR": AguiRemoteMapper._run_error,
+    "TEXT_MESSAGE_START": AguiRemoteMapper._message_start,
+    "TEXT_MESSAGE_CONTENT": AguiRemoteMapper._message_content,
+    "TEXT_MESSAGE_END": AguiRemoteMapper._message_end,
+    "REASONING_MESSAGE_START": AguiRemoteMapper._message_start,
+    "REASONING_MESSAGE_CONTENT": AguiRemoteMapper._message_content,
+    "REASONING_MESSAGE_END": AguiRemoteMapper._message_end,
+    "TOOL_CALL_START": AguiRemoteMapper._tool_start,
+    "TOOL_CALL_ARGS": AguiRemoteMapper._tool_args,
+    "TOOL_CALL_END": AguiRemoteMapper._tool_end,
+    "TOOL_CALL_RESULT": AguiRemoteMapper._tool_result,
+    "STEP_STARTED": AguiRemoteMapper._step,
+    "STEP_FINISHED": AguiRemoteMapper._step,
+    "CUSTOM": AguiRemoteMapper._custom,
+}
+
+
+def _second_start() -> None:
+    raise _Malformed("a second RUN_STARTED before the run ended")
+
+
+# -- reading fields ---------------------------------------------------------------------------
+
+
+def _malformed(problem: str) -> DelegationError:
+    return DelegationError(
+        code=ErrorCode.MALFORMED_REMOTE_PAYLOAD,
+        message=f"The remote AG-UI agent sent a malformed stream: {problem}.",
+    )
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value[:64])
+    return f"a JSON {type(value).__name__}"
+
+
+def _id(event: dict[str, Any], key: str) -> str:
+    """A required id-like string field: present, a non-empty string, bounded."""
+    value = event.get(key)
+    if not isinstance(value, str) or not value:
+        raise _Malformed(f"{_type_name(event.get('type'))} without a string {key}")
+    if len(value) > MAX_ID_CHARS:
+        raise _Malformed(f"{key} longer than {MAX_ID_CHARS} characters")
+    return value
+
+
+def _attribution(event: dict[str, Any]) -> dict[str, Any] | None:
+    """The remote subagent an event belongs to, kept for nesting (`raw["subagentRunId"]`)."""
+    value = event.get("subagentRunId")
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
+        raise _Malformed(f"{_type_name(event.get('type'))} with a subagentRunId that is not an id")
+    return {"subagentRunId": value}
+
+
+def _interrupts(outcome: dict[str, Any]) -> list[dict[str, Any]]:
+    interrupts = outcome.get("interrupts")
+    if not isinstance(interrupts, list) or not interrupts:
+        raise _Malformed("an interrupt outcome without interrupts")
+    if len(interrupts) > MAX_INTERRUPTS:
+        raise _Malformed(f"more than {MAX_INTERRUPTS} interrupts")
+    seen: set[str] = set()
+    for interrupt in interrupts:
+        if not isinstance(interrupt, dict):
+            raise _Malformed("an interrupt that is not an object")
+        interrupt_id = _id({**interrupt, "type": "interrupt"}, "id")
+        if interrupt_id in seen:
+            raise _Malformed(f"interrupt {interrupt_id!r} named twice")
+        seen.add(interrupt_id)
+        _attribution({**interrupt, "type": "interrupt"})
+    return interrupts
+
+
+def _without_lone_surrogates(value: Any) -> Any:
+    """`value` with every unpaired surrogate replaced by U+FFFD (json pairs the valid ones)."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_without_lone_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {
+            _without_lone_surrogates(key): _without_lone_surrogates(item)
+            for key, item in value.items()
+        }
+    return value
+
+
+def _drop_none(fields: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in fields.items() if value is not None}
+
+
+def _json(value: Any) -> str | None:
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except (ValueError, TypeError, RecursionError):
+        return None
+
+
+def _carried(value: Any) -> Any:
+    """A remote payload small enough to carry along, else a marker saying why it was left out."""
+    text = _json(value)
+    if text is None:
+        return {"omitted": "not_json"}
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_CARRIED_JSON_BYTES:
+        return {"omitted": "too_large", "bytes": size}
+    return value
+
+
+def _summary(result: Any) -> str | None:
+    """RUN_FINISHED's `result` as the delegation's summary (JSON for anything but a string)."""
+    if result is None:
+        return None
+    if isinstance(result, str):
+        return result or None
+    text = _json(result)
+    return None if text is None else _truncate(text, MAX_CARRIED_JSON_BYTES)
+
+
+def _truncate(text: str, limit: int = MAX_ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

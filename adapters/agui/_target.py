@@ -1,0 +1,412 @@
+"""Remote AG-UI agents as delegation targets: a `RunAgentInput` POSTed, its SSE stream read.
+
+This module owns the I/O of one AG-UI agent endpoint: an httpx client whose credential goes only
+to the endpoint's origin (and explicitly trusted origins), and one `TargetSession` per delegation
+that POSTs a `RunAgentInput` (the objective and context as the user message, a thread id per the
+engine's context policy, the parent run as `parentRunId`, identity headers when configured),
+streams the response body into `adapters.agui._remote.AguiRemoteMapper` (sans-IO) and emits its
+updates, answers an interrupt with the remote's resume run (`RunAgentInput.resume` covering every
+interrupt, same thread), and cancels by closing the stream and, when the host configured one,
+POSTing the agent's stop endpoint. It only moves bytes; what they mean is the mapper's business.
+
+For the engine an AG-UI agent is just another target: `delegate_to_agent` cannot tell it from an
+A2A agent. What AG-UI cannot do is said through `capabilities`: it has no resumption (no
+resubscribe, no poll: a dropped stream is `stream_interrupted`), and without `stop_url` a remote
+run cannot be cancelled beyond closing its stream (`cancel` is then unsupported, and the result
+says `remote_cancel: unsupported`).
+
+Streams are left by cancelling the enclosing Trio scope (the delegation actor does that when a
+terminal or an input request arrived), never with `break`. Every error httpx raises becomes a
+typed `DelegationError` whose message never carries a credential.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any, Final
+from urllib.parse import quote, urlsplit
+
+import attrs
+import httpx
+import trio
+from ag_ui.core import PROTOCOL_VERSION, Context, ResumeEntry, RunAgentInput, UserMessage
+
+from adapters.agui._remote import MAX_FRAME_BYTES, AguiRemoteMapper
+from engine import (
+    Answer,
+    DelegationError,
+    DelegationTask,
+    Emit,
+    ErrorCode,
+    Kind,
+    Redactor,
+    RegistryError,
+    TargetCapabilities,
+    TargetUpdate,
+)
+
+__all__ = ["AguiAgentConfig", "AguiTarget"]
+
+#: Bytes of an error response's body read to explain a refusal.
+_ERROR_BODY_BYTES: Final = 2048
+
+
+def _absolute_http_url(_: Any, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is None and attribute.name == "stop_url":
+        return
+    parts = urlsplit(value) if isinstance(value, str) else None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.netloc:
+        raise RegistryError(f"{attribute.name} must be an absolute http(s) URL, got {value!r}")
+    if parts.username or parts.password:
+        raise RegistryError(f"{attribute.name} must not carry credentials; use auth_header")
+
+
+def _positive(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise RegistryError(f"{attribute.name} must be positive, got {value!r}")
+
+
+@attrs.frozen(kw_only=True)
+class AguiAgentConfig:
+    """How the host reaches one AG-UI agent. The model never sees any of this.
+
+    `url` is the endpoint a `RunAgentInput` is POSTed to (the response is the run's SSE
+    stream). `stop_url`, if the agent has one, is POSTed `{"threadId", "runId"}` to stop a run;
+    `{thread_id}` and `{run_id}` in it are replaced by the (URL-quoted) ids. `auth_header` is a
+    (name, value) pair resolved by the host (e.g. from an environment variable); it is sent only
+    to `url`'s origin and to `trusted_origins`. `forward_headers` go with every request;
+    `forward_identity` adds who is asking, as for A2A agents (`x-user-id`, `x-tenant`,
+    `x-source`, `x-parent-run-id`, `x-parent-tool-call-id`, `x-delegation-id`).
+    """
+
+    url: str = attrs.field(validator=_absolute_http_url)
+    stop_url: str | None = attrs.field(default=None, validator=_absolute_http_url)
+    tenant: str | None = None
+    auth_header: tuple[str, str] | None = attrs.field(default=None, repr=False)
+    trusted_origins: tuple[str, ...] = ()
+    forward_headers: Mapping[str, str] = attrs.field(factory=dict)
+    forward_identity: bool = False
+    request_timeout: float = attrs.field(default=30.0, validator=_positive)
+    #: Longest SSE frame accepted from the remote (`malformed_remote_payload` beyond).
+    max_frame_bytes: int = MAX_FRAME_BYTES
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """Credential values to redact everywhere (`AgentSpec.all_secrets` picks them up)."""
+        if self.auth_header is None:
+            return ()
+        value = self.auth_header[1]
+        token = value.split(" ", 1)[1] if " " in value else value
+        return tuple({value, token})
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+class _OriginBoundAuth(httpx.Auth):
+    """Adds the credential header only to requests for the allowed origins."""
+
+    def __init__(self, header: tuple[str, str], origins: frozenset[str]) -> None:
+        self._header = header
+        self._origins = origins
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        if _origin(str(request.url)) in self._origins:
+            request.headers[self._header[0]] = self._header[1]
+        yield request
+
+
+class AguiTarget:
+    """One host-registered AG-UI agent endpoint (`AgentSpec(protocol="agui", target=...)`)."""
+
+    def __init__(self, config: AguiAgentConfig, *, http: httpx.AsyncClient | None = None) -> None:
+        self.config = config
+        self._redactor = Redactor(config.secrets)
+        origins = frozenset({_origin(config.url), *(_origin(o) for o in config.trusted_origins)})
+        auth = _OriginBoundAuth(config.auth_header, origins) if config.auth_header else None
+        self._owns_http = http is None
+
+        def new_http() -> httpx.AsyncClient:
+            return httpx.AsyncClient(
+                timeout=httpx.Timeout(config.request_timeout, read=None),
+                headers=dict(config.forward_headers),
+                auth=auth,
+                follow_redirects=False,
+            )
+
+        self._http = http or new_http()
+        # Stops get their own pool, so they never queue behind open streams.
+        self._control_http = http or new_http()
+
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """The credential values this target sends (the engine redacts them everywhere)."""
+        return self.config.secrets
+
+    @property
+    def capabilities(self) -> TargetCapabilities:
+        return TargetCapabilities(
+            streaming=True,
+            resubscribe=False,
+            poll=False,
+            cancel=self.config.stop_url is not None,
+            input=True,
+        )
+
+    def open_session(self, task: DelegationTask, nursery: trio.Nursery) -> _AguiSession:
+        return _AguiSession(self, task)
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+            await self._control_http.aclose()
+
+    def _error(self, code: str, doing: str, detail: str) -> DelegationError:
+        detail = self._redactor.text(detail)[:300]
+        return DelegationError(
+            code=code, message=f"AG-UI agent error while {doing}: {detail}", remote_status=None
+        )
+
+
+def _render_prompt(task: DelegationTask) -> str:
+    """The user message: the objective, then the prompt, context and artifact references."""
+    request = task.request
+    sections = [request.objective]
+    if request.prompt:
+        sections.append(request.prompt)
+    if request.context:
+        sections.append(f"Context:\n{request.context}")
+    if request.artifacts:
+        refs = "\n".join(f"- {a.name or ''} {a.uri or ''}".rstrip() for a in request.artifacts)
+        sections.append(f"Artifacts:\n{refs}")
+    return "\n\n".join(sections)
+
+
+class _AguiSession:
+    """One delegation: one remote run, plus one resume run per answered interrupt."""
+
+    def __init__(self, target: AguiTarget, task: DelegationTask) -> None:
+        self._target = target
+        self._task = task
+        self._mapper = AguiRemoteMapper(max_frame_bytes=target.config.max_frame_bytes)
+        #: The thread the remote runs in: the engine's context (sticky policies) or a new one.
+        self.thread_id = task.remote_context_id or f"thread-{uuid.uuid4().hex}"
+        #: The run id of the last `RunAgentInput` sent (the remote's own is `remote_run_id`).
+        self.run_id: str | None = None
+        self.card_fingerprint: str | None = None  # AG-UI agents have no card
+        self.streaming = True
+        self._user_message = UserMessage(
+            id=f"msg-{uuid.uuid4().hex}", role="user", content=_render_prompt(task)
+        )
+        # The conversation so far, sent again with a resume run as the official client does:
+        # the user message and the remote's finished assistant messages.
+        self._replies: dict[str, tuple[str, list[str]]] = {}
+        self._conversation: list[dict[str, Any]] = []
+
+    @property
+    def remote_run_id(self) -> str | None:
+        return self._mapper.run_id
+
+    # -- requests -----------------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "text/event-stream"}
+        config = self._target.config
+        if config.forward_identity:
+            task = self._task
+            user_id = task.metadata.get("user_id")
+            identity = {
+                "x-user-id": str(user_id) if user_id else None,
+                "x-tenant": config.tenant or task.metadata.get("tenant"),
+                "x-source": "subagent-engine",
+                "x-parent-run-id": task.run_id,
+                "x-parent-tool-call-id": task.request.parent_tool_call_id,
+                "x-delegation-id": task.delegation_id,
+            }
+            headers.update({name: str(value) for name, value in identity.items() if value})
+        return headers
+
+    def _input(self, resume: list[ResumeEntry] | None) -> dict[str, Any]:
+        self.run_id = f"run-{uuid.uuid4().hex}"
+        task = self._task
+        messages: list[Any] = [self._user_message, *self._conversation]
+        context = []
+        if task.request.context:
+            context.append(
+                Context(description="Context from the delegating agent", value=task.request.context)
+            )
+        run_input = RunAgentInput(
+            thread_id=self._mapper.thread_id or self.thread_id,
+            run_id=self.run_id,
+            parent_run_id=task.run_id,
+            protocol_version=PROTOCOL_VERSION,
+            messages=messages,
+            tools=[],
+            context=context,
+            forwarded_props={
+                "subagentEngine": {
+                    "delegationId": task.delegation_id,
+                    "parentRunId": task.run_id,
+                    "agentKey": task.agent_key,
+                }
+            },
+            resume=resume,
+        )
+        body: dict[str, Any] = run_input.model_dump(mode="json", by_alias=True)
+        return body
+
+    async def _run(self, body: dict[str, Any], emit: Emit, doing: str) -> None:
+        target = self._target
+        try:
+            async with target._http.stream(
+                "POST", target.config.url, json=body, headers=self._headers()
+            ) as response:
+                await self._check_response(response, doing)
+                # Left by cancellation, never by `break` or an exception in the loop body: the
+                # Cancelled unwinds httpx's nested generators from the inside (FACTS.md).
+                with trio.CancelScope() as reading:
+                    async for chunk in response.aiter_bytes():
+                        if self._mapper.error is not None:
+                            continue  # buffered bytes, read while the cancel lands
+                        await self._emit(self._mapper.feed(chunk), emit)
+                        if self._mapper.error is not None:
+                            reading.cancel()
+                if self._mapper.error is not None:
+                    raise self._mapper.error
+                await self._emit(self._mapper.end(), emit)
+                if self._mapper.error is not None:
+                    raise self._mapper.error
+        except httpx.HTTPError as exc:
+            started = self._mapper.run_id is not None and not self._mapper.done
+            code = ErrorCode.STREAM_INTERRUPTED if started else ErrorCode.AGENT_UNAVAILABLE
+            detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            raise target._error(code, doing, detail) from None
+
+    async def _check_response(self, response: httpx.Response, doing: str) -> None:
+        status = response.status_code
+        if status >= 400:
+            body = b""
+            # Bounded in size and time; left by cancellation like the stream (no `break`).
+            with trio.move_on_after(self._target.config.request_timeout) as reading:
+                async for chunk in response.aiter_bytes():
+                    if len(body) < _ERROR_BODY_BYTES:
+                        body += chunk
+                    if len(body) >= _ERROR_BODY_BYTES:
+                        reading.cancel()
+            text = body[:_ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
+            detail = f"HTTP {status}" + (f": {text}" if text else "")
+            if status in (401, 403):
+                code, detail = ErrorCode.REMOTE_REJECTED, f"authentication refused ({detail})"
+            elif status in (400, 405, 409, 413, 415, 422):
+                code = ErrorCode.REMOTE_REJECTED
+            else:
+                code = ErrorCode.AGENT_UNAVAILABLE
+            raise self._target._error(code, doing, detail)
+        if status != 200:
+            raise self._target._error(ErrorCode.MALFORMED_REMOTE_PAYLOAD, doing, f"HTTP {status}")
+        media = response.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if media != "text/event-stream":
+            raise self._target._error(
+                ErrorCode.MALFORMED_REMOTE_PAYLOAD,
+                doing,
+                f"the response is {media or 'untyped'}, not an SSE stream (text/event-stream)",
+            )
+
+    async def _emit(self, updates: list[TargetUpdate], emit: Emit) -> None:
+        for update in updates:
+            self._remember(update)
+            await emit(update)
+
+    def _remember(self, update: TargetUpdate) -> None:
+        """Keep the remote's assistant messages for the conversation a resume run sends."""
+        message_id = update.message_id
+        if message_id is None:
+            return
+        if update.kind == Kind.TEXT_START:
+            self._replies[message_id] = (update.role or "assistant", [])
+        elif update.kind == Kind.TEXT_DELTA and message_id in self._replies:
+            self._replies[message_id][1].append(update.delta or "")
+        elif update.kind == Kind.TEXT_END and message_id in self._replies:
+            role, parts = self._replies.pop(message_id)
+            if role == "assistant" and parts:
+                self._conversation.append(
+                    {"id": message_id, "role": "assistant", "content": "".join(parts)}
+                )
+
+    # -- the session protocol -----------------------------------------------------------------
+
+    async def start(self, emit: Emit) -> None:
+        await self._run(self._input(None), emit, "sending the task")
+
+    async def answer(self, answer: Answer, emit: Emit) -> None:
+        if not self._mapper.suspended:
+            raise DelegationError(
+                code=ErrorCode.INVALID_INPUT,
+                message="The remote AG-UI run is not waiting for input.",
+            )
+        entries = _resume_entries(self._mapper.interrupts, answer)
+        self._mapper.resume()
+        await self._run(self._input(entries), emit, "sending the answer")
+
+    async def resubscribe(self, emit: Emit) -> None:
+        raise DelegationError(
+            code=ErrorCode.STREAM_INTERRUPTED,
+            message="An AG-UI run cannot be resubscribed to (the protocol has no resumption).",
+        )
+
+    async def poll(self, emit: Emit) -> None:
+        raise DelegationError(
+            code=ErrorCode.STREAM_INTERRUPTED,
+            message="An AG-UI run cannot be polled (the protocol has no run status endpoint).",
+        )
+
+    async def cancel(self) -> bool:
+        """POST the stop endpoint; True once the remote answered 2xx. The stream itself is
+        already closed: the actor cancelled the scope that read it."""
+        stop_url = self._target.config.stop_url
+        if stop_url is None or self.run_id is None:
+            return self.run_id is None  # nothing sent is nothing to stop
+        run_id = self._mapper.run_id or self.run_id
+        thread_id = self._mapper.thread_id or self.thread_id
+        url = stop_url.replace("{thread_id}", quote(thread_id, safe="")).replace(
+            "{run_id}", quote(run_id, safe="")
+        )
+        body = {
+            "threadId": thread_id,
+            "runId": run_id,
+            "requestedRunId": self.run_id,
+            "delegationId": self._task.delegation_id,
+            "reason": "cancelled by the delegating run",
+        }
+        try:
+            response = await self._target._control_http.post(
+                url, json=body, headers=self._headers()
+            )
+        except httpx.HTTPError:
+            return False
+        return 200 <= response.status_code < 300
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _resume_entries(interrupts: list[dict[str, Any]], answer: Answer) -> list[ResumeEntry]:
+    """One resolved entry per interrupt. `answer.data` keyed by every interrupt id answers each
+    on its own; otherwise the whole answer (`data`, else `text`) answers every interrupt."""
+    ids = [str(interrupt["id"]) for interrupt in interrupts]
+    data = answer.data
+    per_interrupt = isinstance(data, Mapping) and bool(ids) and all(i in data for i in ids)
+    entries = []
+    for interrupt_id in ids:
+        if per_interrupt:
+            assert data is not None
+            payload: Any = data[interrupt_id]
+        elif data is not None:
+            payload = dict(data)
+        else:
+            payload = answer.text
+        entries.append(ResumeEntry(interrupt_id=interrupt_id, status="resolved", payload=payload))
+    return entries
