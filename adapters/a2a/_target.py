@@ -43,6 +43,12 @@ from a2a.types import (
 from a2a.utils.errors import A2AError, TaskNotFoundError, UnsupportedOperationError
 from google.protobuf.json_format import ParseError
 
+from adapters._remote_http import (
+    OriginBoundAuth,
+    credential_secrets,
+    identity_headers,
+    origin,
+)
 from adapters.a2a._card import CardInfo, validate_card
 from adapters.a2a._mapping import A2AEventMapper
 from engine import (
@@ -126,29 +132,7 @@ class A2AAgentConfig:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Credential values to redact everywhere (`AgentSpec.all_secrets` picks them up)."""
-        if self.auth_header is None:
-            return ()
-        value = self.auth_header[1]
-        token = value.split(" ", 1)[1] if " " in value else value
-        return tuple({value, token})
-
-
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}".lower()
-
-
-class _OriginBoundAuth(httpx.Auth):
-    """Adds the credential header only to requests for the allowed origins."""
-
-    def __init__(self, header: tuple[str, str], origins: frozenset[str]) -> None:
-        self._header = header
-        self._origins = origins
-
-    def auth_flow(self, request: httpx.Request) -> Any:
-        if _origin(str(request.url)) in self._origins:
-            request.headers[self._header[0]] = self._header[1]
-        yield request
+        return credential_secrets(self.auth_header)
 
 
 class A2ATarget:
@@ -158,10 +142,8 @@ class A2ATarget:
     def __init__(self, config: A2AAgentConfig, *, http: httpx.AsyncClient | None = None) -> None:
         self.config = config
         self._redactor = Redactor(config.secrets)
-        origins = frozenset(
-            {_origin(config.card_url), *(_origin(o) for o in config.trusted_origins)}
-        )
-        auth = _OriginBoundAuth(config.auth_header, origins) if config.auth_header else None
+        origins = frozenset({origin(config.card_url), *(origin(o) for o in config.trusted_origins)})
+        auth = OriginBoundAuth(config.auth_header, origins) if config.auth_header else None
         self._owns_http = http is None
 
         def new_http() -> httpx.AsyncClient:
@@ -354,19 +336,7 @@ class _A2ASession:
         config = self._target.config
         if not config.forward_identity:
             return None
-        task = self._task
-        user_id = task.metadata.get("user_id")
-        headers = {
-            "x-user-id": str(user_id) if user_id else None,
-            "x-tenant": config.tenant or task.metadata.get("tenant"),
-            "x-source": "subagent-engine",
-            "x-parent-run-id": task.run_id,
-            "x-parent-tool-call-id": task.request.parent_tool_call_id,
-            "x-delegation-id": task.delegation_id,
-        }
-        return ClientCallContext(
-            service_parameters={name: value for name, value in headers.items() if value}
-        )
+        return ClientCallContext(service_parameters=identity_headers(self._task, config.tenant))
 
     def _metadata(self) -> dict[str, Any]:
         return {

@@ -32,6 +32,12 @@ import httpx
 import trio
 from ag_ui.core import PROTOCOL_VERSION, Context, ResumeEntry, RunAgentInput, UserMessage
 
+from adapters._remote_http import (
+    OriginBoundAuth,
+    credential_secrets,
+    identity_headers,
+    origin,
+)
 from adapters.agui._remote import MAX_FRAME_BYTES, AguiRemoteMapper
 from engine import (
     Answer,
@@ -94,29 +100,7 @@ class AguiAgentConfig:
     @property
     def secrets(self) -> tuple[str, ...]:
         """Credential values to redact everywhere (`AgentSpec.all_secrets` picks them up)."""
-        if self.auth_header is None:
-            return ()
-        value = self.auth_header[1]
-        token = value.split(" ", 1)[1] if " " in value else value
-        return tuple({value, token})
-
-
-def _origin(url: str) -> str:
-    parts = urlsplit(url)
-    return f"{parts.scheme}://{parts.netloc}".lower()
-
-
-class _OriginBoundAuth(httpx.Auth):
-    """Adds the credential header only to requests for the allowed origins."""
-
-    def __init__(self, header: tuple[str, str], origins: frozenset[str]) -> None:
-        self._header = header
-        self._origins = origins
-
-    def auth_flow(self, request: httpx.Request) -> Any:
-        if _origin(str(request.url)) in self._origins:
-            request.headers[self._header[0]] = self._header[1]
-        yield request
+        return credential_secrets(self.auth_header)
 
 
 class AguiTarget:
@@ -125,8 +109,8 @@ class AguiTarget:
     def __init__(self, config: AguiAgentConfig, *, http: httpx.AsyncClient | None = None) -> None:
         self.config = config
         self._redactor = Redactor(config.secrets)
-        origins = frozenset({_origin(config.url), *(_origin(o) for o in config.trusted_origins)})
-        auth = _OriginBoundAuth(config.auth_header, origins) if config.auth_header else None
+        origins = frozenset({origin(config.url), *(origin(o) for o in config.trusted_origins)})
+        auth = OriginBoundAuth(config.auth_header, origins) if config.auth_header else None
         self._owns_http = http is None
 
         def new_http() -> httpx.AsyncClient:
@@ -216,17 +200,7 @@ class _AguiSession:
         headers = {"Accept": "text/event-stream"}
         config = self._target.config
         if config.forward_identity:
-            task = self._task
-            user_id = task.metadata.get("user_id")
-            identity = {
-                "x-user-id": str(user_id) if user_id else None,
-                "x-tenant": config.tenant or task.metadata.get("tenant"),
-                "x-source": "subagent-engine",
-                "x-parent-run-id": task.run_id,
-                "x-parent-tool-call-id": task.request.parent_tool_call_id,
-                "x-delegation-id": task.delegation_id,
-            }
-            headers.update({name: str(value) for name, value in identity.items() if value})
+            headers.update(identity_headers(self._task, config.tenant))
         return headers
 
     def _input(self, resume: list[ResumeEntry] | None) -> dict[str, Any]:

@@ -1,0 +1,62 @@
+"""What every remote target that speaks HTTP shares: credentials bound to origins, and identity.
+
+This module owns three small rules the A2A and AG-UI targets must apply the same way: a
+configured credential header goes only to the agent's own origin and the origins the host
+explicitly trusts (`OriginBoundAuth`); the values to redact for a credential are the header value
+and its token without the scheme (`credential_secrets`); and, when the host turns it on, every
+request says who is asking (`identity_headers`: the run's user, the tenant, `x-source`, and the
+lineage of the delegation), like kagent (seed 004). No I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+
+from engine import DelegationTask
+
+__all__ = ["OriginBoundAuth", "credential_secrets", "identity_headers", "origin"]
+
+
+def origin(url: str) -> str:
+    """`scheme://host[:port]`, lowercased: what a credential is bound to."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def credential_secrets(auth_header: tuple[str, str] | None) -> tuple[str, ...]:
+    """Credential values to redact everywhere: the header value and its bare token."""
+    if auth_header is None:
+        return ()
+    value = auth_header[1]
+    token = value.split(" ", 1)[1] if " " in value else value
+    return tuple({value, token})
+
+
+class OriginBoundAuth(httpx.Auth):
+    """Adds the credential header only to requests for the allowed origins."""
+
+    def __init__(self, header: tuple[str, str], origins: frozenset[str]) -> None:
+        self._header = header
+        self._origins = origins
+
+    def auth_flow(self, request: httpx.Request) -> Any:
+        if origin(str(request.url)) in self._origins:
+            request.headers[self._header[0]] = self._header[1]
+        yield request
+
+
+def identity_headers(task: DelegationTask, tenant: str | None) -> dict[str, str]:
+    """Who is asking, for a host that forwards identity: the headers that have a value."""
+    user_id = task.metadata.get("user_id")
+    headers = {
+        "x-user-id": str(user_id) if user_id else None,
+        "x-tenant": tenant or task.metadata.get("tenant"),
+        "x-source": "subagent-engine",
+        "x-parent-run-id": task.run_id,
+        "x-parent-tool-call-id": task.request.parent_tool_call_id,
+        "x-delegation-id": task.delegation_id,
+    }
+    return {name: str(value) for name, value in headers.items() if value}
