@@ -10,6 +10,20 @@ opened before their deltas and closed before the terminal; artifacts are counted
 partial result). It also builds the `DelegationResult`: the summary, the assistant messages, the
 artifact references and the remote ids.
 
+Nested subagents (ones the remote itself reports: `TargetUpdate.subagent_id` and the
+`subagent.nested.*` kinds) follow the same rules one level down. Each gets an engine id
+namespaced under the delegation (`<delegation id>/<remote id>`, `#2`... when the remote reuses
+an id that already ended), one `subagent.nested.started` (synthesized for content or a terminal
+of a subagent never announced) and exactly one terminal; content after it is ignored and
+counted. A nested subagent that ends `suspended` (paused on an interrupt) stays open: the resume
+run announces the same id again and continues it (002's continuation), so a viewer never sees
+it announced twice. When a nested subagent ends, its open descendants and messages end first;
+when the delegation ends, every nested subagent still open ends before it (`suspended` when the
+delegation ends waiting for input, else `subagent.nested.cancelled`). Subagents deeper than
+`policy.max_nesting_depth` are folded: one `subagent.nested.folded` marker, then their events are
+their deepest shown ancestor's. Nested subagents' text is theirs: it is not the delegation's
+result (messages, summary), but it counts against `max_text_chars`.
+
 Theory of operation: the actor calls `feed(update)` for each `TargetUpdate` and its own
 `fail()/cancelled()/...` for outcomes it decides (timeouts, cancels, crashes); every call returns
 the events to publish, in order, already stamped with identity, sequence and time. Nothing here
@@ -49,6 +63,17 @@ _TEXT_KINDS: Final = {
 }
 _OPENERS: Final = {"text": Kind.TEXT_START, "reasoning": Kind.REASONING_START}
 _CLOSERS: Final = {"text": Kind.TEXT_END, "reasoning": Kind.REASONING_END}
+_NESTED_LIFECYCLE: Final = frozenset({Kind.NESTED_STARTED, *Kind.NESTED_TERMINALS})
+#: Kinds that describe the delegation as a whole: never attributed to a nested subagent.
+_UNATTRIBUTABLE: Final = frozenset(
+    {Kind.STARTED, Kind.INPUT_REQUIRED, *Kind.DELEGATION_TERMINALS, *_NESTED_LIFECYCLE}
+)
+#: Nested subagents one delegation tracks; later ones are folded into the delegation.
+MAX_NESTED: Final = 1024
+
+_OPEN: Final = "open"
+_SUSPENDED: Final = "suspended"
+_CLOSED: Final = "closed"
 
 
 @attrs.frozen(kw_only=True)
@@ -71,6 +96,27 @@ class _OpenMessage:
     family: str
     role: str
     parts: list[str] = attrs.field(factory=list)
+    #: The shown nested subagent it is attributed to (None: the delegation).
+    nested: str | None = None
+    #: The nested subagent that produced it (None: the remote agent itself: result text).
+    origin: str | None = None
+
+
+@attrs.define
+class _Nested:
+    """A subagent the remote reported. `visible` is where its events are shown: its own id,
+    or (folded) its deepest shown ancestor's (None: the delegation)."""
+
+    id: str
+    remote_id: str
+    parent: str | None
+    depth: int
+    visible: str | None
+    state: str = _OPEN
+
+    @property
+    def shown(self) -> bool:
+        return self.visible == self.id
 
 
 class DelegationState:
@@ -120,6 +166,13 @@ class DelegationState:
         self._summary: str | None = None
         self._result: DelegationResult | None = None
         self._anonymous = 0
+        #: Nested subagents by the remote's id (the latest of that id), and all in start order.
+        self._nested: dict[str, _Nested] = {}
+        self._nested_all: list[_Nested] = []
+        #: Past MAX_NESTED: every further nested subagent is this one, folded into the delegation.
+        self._overflow: _Nested | None = None
+        self.nested_folded = 0
+        self.ignored_nested = 0  # content or terminals after a nested subagent ended, ...
 
     # -- reading state -------------------------------------------------------------------
 
@@ -157,6 +210,18 @@ class DelegationState:
             return out
         if not self.started:
             self._start(out, None)
+        if kind in _NESTED_LIFECYCLE:
+            self._nested_lifecycle(out, update)
+            return out
+        if update.subagent_id is not None and kind not in _UNATTRIBUTABLE:
+            nested = self._nested_for(out, update.subagent_id)
+            if nested is None:
+                self.ignored_nested += 1
+                return out
+            if kind == Kind.STATUS:
+                # A nested subagent's status is its own: never the delegation's status.
+                out.append(self._event(Kind.STATUS, update))
+                return out
         if kind == Kind.STATUS:
             self._status(out, update.status, update)
         elif kind in _TEXT_KINDS:
@@ -289,12 +354,15 @@ class DelegationState:
 
     def _text(self, out: list[DelegationEvent], update: TargetUpdate) -> None:
         family, step = _TEXT_KINDS[update.kind]
-        message_id = update.message_id or self._default_message_id(family)
+        nested, origin = self._attribution(update)
+        message_id = update.message_id or self._default_message_id(family, origin)
         open_message = self._open.get(message_id)
         if step == "start":
             if open_message is not None:
                 return  # a repeated start of an open message adds nothing
-            self._open[message_id] = _OpenMessage(family, update.role or "assistant")
+            self._open[message_id] = _OpenMessage(
+                family, update.role or "assistant", nested=nested, origin=origin
+            )
             out.append(
                 self._event(
                     update.kind, update, message_id=message_id, role=update.role or "assistant"
@@ -302,7 +370,9 @@ class DelegationState:
             )
             return
         if open_message is None:
-            open_message = _OpenMessage(family, update.role or "assistant")
+            open_message = _OpenMessage(
+                family, update.role or "assistant", nested=nested, origin=origin
+            )
             self._open[message_id] = open_message
             out.append(
                 self._event(
@@ -333,14 +403,26 @@ class DelegationState:
                 self._finish(out, Status.FAILED, error, None)
                 return
             open_message.parts.append(update.delta)
-            out.append(self._event(update.kind, update, message_id=message_id))
+            out.append(
+                self._event(
+                    update.kind, update, message_id=message_id, nested_id=open_message.nested
+                )
+            )
             return
         self._close_message(out, message_id, update)
 
-    def _default_message_id(self, family: str) -> str:
-        # Remotes that never name their messages get one message per family until it ends.
+    def _attribution(self, update: TargetUpdate) -> tuple[str | None, str | None]:
+        """(shown nested id, producing nested id) of an update (`_nested_for` ran already)."""
+        if update.subagent_id is None:
+            return None, None
+        nested = self._nested.get(update.subagent_id) or self._overflow
+        return (nested.visible, nested.id) if nested is not None else (None, "")
+
+    def _default_message_id(self, family: str, origin: str | None) -> str:
+        # Remotes that never name their messages get one message per family (and producer)
+        # until it ends.
         for message_id, open_message in self._open.items():
-            if open_message.family == family:
+            if open_message.family == family and open_message.origin == origin:
                 return message_id
         self._anonymous += 1
         return f"{self.identity.delegation_id}:{family}:{self._anonymous}"
@@ -351,11 +433,16 @@ class DelegationState:
         open_message = self._open.pop(message_id)
         # Redacted again whole: a secret split across two deltas is only visible joined.
         text = self._redactor.text("".join(open_message.parts))
-        if open_message.family == "text" and text:
+        if open_message.family == "text" and text and open_message.origin is None:
             self._messages.append(ResultMessage(role=open_message.role, text=text))
         out.append(
             self._event(
-                _CLOSERS[open_message.family], update, message_id=message_id, delta=None, text=None
+                _CLOSERS[open_message.family],
+                update,
+                message_id=message_id,
+                delta=None,
+                text=None,
+                nested_id=open_message.nested,
             )
         )
 
@@ -413,6 +500,9 @@ class DelegationState:
         *,
         remote_cancel: str | None = None,
     ) -> None:
+        for nested in reversed(self._nested_all):
+            if nested.state != _CLOSED:
+                self._end_nested_early(out, nested, status)
         for message_id in list(self._open):
             self._close_message(out, message_id, None)
         kind = {
@@ -459,6 +549,10 @@ class DelegationState:
             metadata["artifacts_dropped"] = self._artifacts_dropped
         if self.identity.model_tool_call_id:
             metadata["model_tool_call_id"] = self.identity.model_tool_call_id
+        if self._nested_all:
+            metadata["nested_subagents"] = len(self._nested_all)
+        if self.nested_folded:
+            metadata["nested_folded"] = self.nested_folded
         return DelegationResult(
             delegation_id=self.identity.delegation_id,
             agent=self.identity.agent_key,
@@ -478,6 +572,204 @@ class DelegationState:
             card_fingerprint=self.card_fingerprint,
             metadata=metadata or None,
         )
+
+    # -- nested subagents ---------------------------------------------------------------
+
+    def _nested_for(self, out: list[DelegationEvent], remote_id: str) -> _Nested | None:
+        """The nested subagent content of `remote_id` belongs to (announced now if it never
+        was; a suspended one continues), or None once it ended."""
+        nested = self._nested.get(remote_id)
+        if nested is None:
+            return self._open_nested(out, remote_id, None)
+        if nested.state == _SUSPENDED:
+            self._continue_nested(out, nested, None)
+        return None if nested.state == _CLOSED else nested
+
+    def _nested_lifecycle(self, out: list[DelegationEvent], update: TargetUpdate) -> None:
+        remote_id = update.subagent_id
+        if not remote_id:
+            self.ignored_nested += 1  # a lifecycle that names no subagent says nothing
+            return
+        nested = self._nested.get(remote_id)
+        if update.kind == Kind.NESTED_STARTED:
+            if nested is None or nested.state == _CLOSED:
+                self._open_nested(out, remote_id, update)  # a reused id: a new invocation
+            elif nested.state == _SUSPENDED:
+                self._continue_nested(out, nested, update)
+            else:
+                self.ignored_nested += 1
+            return
+        if nested is None:
+            nested = self._open_nested(out, remote_id, None)
+        elif nested.state == _CLOSED:
+            self.ignored_nested += 1
+            return
+        if nested is self._overflow:
+            return  # untracked: its terminal has nothing to end
+        if update.kind == Kind.NESTED_FINISHED and update.status == "suspended":
+            if nested.state == _OPEN:
+                self._suspend_nested(out, nested, update)
+            return
+        status = {
+            Kind.NESTED_FINISHED: Status.COMPLETED,
+            Kind.NESTED_FAILED: Status.FAILED,
+            Kind.NESTED_CANCELLED: Status.CANCELLED,
+        }[update.kind]
+        self._close_nested(out, nested, update.kind, update, status=status, error=update.error)
+
+    def _open_nested(
+        self, out: list[DelegationEvent], remote_id: str, update: TargetUpdate | None
+    ) -> _Nested:
+        if len(self._nested_all) >= MAX_NESTED:
+            if self._overflow is None:
+                self._overflow = _Nested(id="", remote_id="", parent=None, depth=0, visible=None)
+                self._fold(out, remote_id, update, 0, None, f"more than {MAX_NESTED} subagents")
+            return self._overflow
+        parent_remote = update.parent_subagent_id if update is not None else None
+        parent = self._nested.get(parent_remote) if parent_remote else None
+        depth = parent.depth + 1 if parent is not None else 1
+        base = f"{self.identity.delegation_id}/{remote_id}"
+        engine_id = base
+        generation = 1
+        taken = {n.id for n in self._nested_all} if remote_id in self._nested else ()
+        while engine_id in taken:
+            generation += 1
+            engine_id = f"{base}#{generation}"
+        ancestor = parent.visible if parent is not None else None
+        shown = depth <= self.policy.max_nesting_depth
+        nested = _Nested(
+            id=engine_id,
+            remote_id=remote_id,
+            parent=parent.id if parent is not None else None,
+            depth=depth,
+            visible=engine_id if shown else ancestor,
+        )
+        self._nested[remote_id] = nested
+        self._nested_all.append(nested)
+        if shown:
+            out.append(
+                self._event(
+                    Kind.NESTED_STARTED,
+                    update,
+                    nested_id=engine_id,
+                    nested_parent_id=nested.parent,
+                    remote_subagent_id=remote_id,
+                    depth=depth,
+                    status="working",
+                    synthesized=update is None,
+                )
+            )
+        else:
+            reason = f"max_nesting_depth {self.policy.max_nesting_depth}"
+            self._fold(out, remote_id, update, depth, ancestor, reason)
+        return nested
+
+    def _fold(
+        self,
+        out: list[DelegationEvent],
+        remote_id: str,
+        update: TargetUpdate | None,
+        depth: int,
+        into: str | None,
+        reason: str,
+    ) -> None:
+        """Say that a nested subagent is not shown and that its events become `into`'s."""
+        self.nested_folded += 1
+        name = update.name if update is not None and update.name else remote_id
+        out.append(
+            self._event(
+                Kind.NESTED_FOLDED,
+                None,
+                nested_id=into,
+                remote_subagent_id=remote_id,
+                name=name,
+                depth=depth or None,
+                status="folded",
+                text=(
+                    f"Nested subagent {name!r} is beyond {reason}: its events are shown as "
+                    "its nearest visible ancestor's."
+                ),
+            )
+        )
+
+    def _continue_nested(
+        self, out: list[DelegationEvent], nested: _Nested, update: TargetUpdate | None
+    ) -> None:
+        """002's continuation: the resume run goes on with a suspended nested subagent."""
+        nested.state = _OPEN
+        if nested.shown:
+            text = "continued" if update is not None else "continued (not announced again)"
+            out.append(
+                self._event(Kind.STATUS, None, nested_id=nested.id, status="working", text=text)
+            )
+
+    def _suspend_nested(
+        self, out: list[DelegationEvent], nested: _Nested, update: TargetUpdate
+    ) -> None:
+        for child in reversed(self._nested_all):
+            if child.parent == nested.id and child.state == _OPEN:
+                self._suspend_nested(out, child, update)
+        self._close_messages_of(out, nested.id)
+        nested.state = _SUSPENDED
+        if nested.shown:
+            out.append(
+                self._event(
+                    Kind.STATUS,
+                    None,
+                    nested_id=nested.id,
+                    status="suspended",
+                    text=update.text or "waiting for input",
+                    raw=update.raw if update.subagent_id == nested.remote_id else None,
+                )
+            )
+
+    def _close_nested(
+        self,
+        out: list[DelegationEvent],
+        nested: _Nested,
+        kind: str,
+        update: TargetUpdate | None,
+        *,
+        status: str,
+        error: DelegationError | None = None,
+    ) -> None:
+        """End one nested subagent: its open descendants and messages first."""
+        for child in reversed(self._nested_all):
+            if child.parent == nested.id and child.state != _CLOSED:
+                self._end_nested_early(out, child, status)
+        self._close_messages_of(out, nested.id)
+        nested.state = _CLOSED
+        if nested.shown:
+            out.append(
+                self._event(
+                    kind,
+                    update,
+                    nested_id=nested.id,
+                    remote_subagent_id=nested.remote_id,
+                    status=status,
+                    error=error,
+                    synthesized=update is None,
+                )
+            )
+
+    def _end_nested_early(self, out: list[DelegationEvent], nested: _Nested, status: str) -> None:
+        """End a nested subagent whose parent (or the delegation) ends with `status` first:
+        suspended when that parent waits for input, else cancelled."""
+        if status == Status.INPUT_REQUIRED:
+            self._close_nested(out, nested, Kind.NESTED_FINISHED, None, status="suspended")
+            return
+        error = DelegationError(
+            code=ErrorCode.CANCELLED if status == Status.CANCELLED else ErrorCode.RUN_CLOSED,
+            message="Its parent ended before this nested subagent reported an outcome.",
+        )
+        self._close_nested(
+            out, nested, Kind.NESTED_CANCELLED, None, status=Status.CANCELLED, error=error
+        )
+
+    def _close_messages_of(self, out: list[DelegationEvent], origin: str) -> None:
+        for message_id, open_message in list(self._open.items()):
+            if open_message.origin == origin:
+                self._close_message(out, message_id, None)
 
     def _redact_update(self, update: TargetUpdate) -> TargetUpdate:
         text = self._redactor.text
@@ -535,6 +827,9 @@ class DelegationState:
                 "remote_tool_call_id": update.remote_tool_call_id,
                 "raw": update.raw,
             }
+            if update.subagent_id is not None and kind not in _UNATTRIBUTABLE:
+                nested = self._nested.get(update.subagent_id)
+                base["nested_id"] = nested.visible if nested is not None else None
         base.update(fields)
         return DelegationEvent(
             kind=kind,

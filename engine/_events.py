@@ -51,6 +51,17 @@ class Kind:
     FAILED: Final = "subagent.failed"
     CANCELLED: Final = "subagent.cancelled"
 
+    # A nested subagent: one the delegation's remote agent itself reported (AG-UI SUBAGENT_*).
+    # Its own lifecycle, inside the delegation's; never the delegation's terminal. Events of a
+    # nested subagent carry its `nested_id`.
+    NESTED_STARTED: Final = "subagent.nested.started"
+    NESTED_FINISHED: Final = "subagent.nested.finished"
+    NESTED_FAILED: Final = "subagent.nested.failed"
+    NESTED_CANCELLED: Final = "subagent.nested.cancelled"
+    #: A nested subagent deeper than the policy allows: its events are folded into the
+    #: deepest visible ancestor (the event's `nested_id`, None: the delegation itself).
+    NESTED_FOLDED: Final = "subagent.nested.folded"
+
     # The parent run's own payloads, in the same envelope so one journal orders both.
     RUN_STARTED: Final = "run.started"
     RUN_FINISHED: Final = "run.finished"
@@ -75,6 +86,7 @@ class Kind:
     GAP: Final = "stream.gap"
 
     DELEGATION_TERMINALS: Final = frozenset({FINISHED, FAILED, CANCELLED})
+    NESTED_TERMINALS: Final = frozenset({NESTED_FINISHED, NESTED_FAILED, NESTED_CANCELLED})
     RUN_TERMINALS: Final = frozenset({RUN_FINISHED, RUN_FAILED, RUN_CANCELLED})
 
 
@@ -90,6 +102,11 @@ _LANES: Final[dict[str, int]] = {
     Kind.FINISHED: CRITICAL,
     Kind.FAILED: CRITICAL,
     Kind.CANCELLED: CRITICAL,
+    Kind.NESTED_STARTED: CRITICAL,
+    Kind.NESTED_FINISHED: CRITICAL,
+    Kind.NESTED_FAILED: CRITICAL,
+    Kind.NESTED_CANCELLED: CRITICAL,
+    Kind.NESTED_FOLDED: CRITICAL,
     Kind.RUN_STARTED: CRITICAL,
     Kind.RUN_FINISHED: CRITICAL,
     Kind.RUN_FAILED: CRITICAL,
@@ -141,6 +158,14 @@ class DelegationEvent:
     whole run lives on `JournalEntry`, not here. `message_id` groups text and reasoning deltas,
     `tool_call_id` groups one tool call's events. `extra` keeps fields this version does not know
     so they round-trip.
+
+    Nesting: an event a nested subagent produced (one the delegation's remote itself reported)
+    carries `nested_id`, the engine's id of that subagent: the remote's own id namespaced under
+    the delegation (`<delegation id>/<remote id>`), so ids of two delegations never collide.
+    `subagent.nested.started` also carries `nested_parent_id` (None: the delegation itself),
+    `remote_subagent_id`, `name`, `text` (its description), `tool_call_id` / `message_id` (the
+    remote's tool call and message that spawned it, if any) and `depth` (1: a subagent of the
+    delegation's remote). Events without `nested_id` are the delegation's own, as before.
     """
 
     kind: str
@@ -172,6 +197,10 @@ class DelegationEvent:
     error: DelegationError | None = None
     dropped: DropReport | None = None
     synthesized: bool = False
+    nested_id: str | None = None
+    nested_parent_id: str | None = None
+    remote_subagent_id: str | None = None
+    depth: int | None = None
     raw: dict[str, Any] | None = None
     extra: dict[str, Any] | None = None
 

@@ -131,7 +131,10 @@ def _delta_key(event: DelegationEvent) -> tuple[str, str, str]:
 
 
 def _same_status(a: DelegationEvent, b: DelegationEvent) -> bool:
-    return a.status == b.status and a.text == b.text and a.raw == b.raw
+    """A status that repeats the last one of the same subagent (a nested one is its own)."""
+    return (
+        a.status == b.status and a.text == b.text and a.raw == b.raw and a.nested_id == b.nested_id
+    )
 
 
 class LaneBuffer:

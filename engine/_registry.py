@@ -77,6 +77,17 @@ def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None
         raise RegistryError(f"{attribute.name} must not be negative, got {value!r}")
 
 
+#: The deepest `max_nesting_depth` a host may set (a bound on what one stream can hold).
+MAX_NESTING_DEPTH: Final = 16
+
+
+def _nesting_depth(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if type(value) is not int or not 0 <= value <= MAX_NESTING_DEPTH:
+        raise RegistryError(
+            f"{attribute.name} must be an integer from 0 to {MAX_NESTING_DEPTH}, got {value!r}"
+        )
+
+
 def _input_mode(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
     if value not in InputRequiredMode.ALL:
         raise RegistryError(f"{attribute.name} must be one of {sorted(InputRequiredMode.ALL)}")
@@ -114,6 +125,7 @@ class DelegationPolicy:
     max_text_chars: int = attrs.field(default=4_000_000, validator=_non_negative)
     allow_remote_artifacts: bool = True
     context_policy: str = attrs.field(default=ContextPolicy.EPHEMERAL, validator=_context_policy)
+    max_nesting_depth: int = attrs.field(default=2, validator=_nesting_depth)
 
     def effective_timeout(self, requested: float | None) -> float:
         """The timeout a delegation gets: the request's (or `default_timeout`), clamped to

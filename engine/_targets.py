@@ -46,6 +46,15 @@ class TargetUpdate:
     update is its final summary, `error` of a failed one says why). Artifact updates may be
     chunks: `artifact_bytes` is the size of this chunk, `artifact_append` says it extends an
     earlier chunk of the same artifact id.
+
+    Nesting: `subagent_id` names the remote's own subagent that produced the update (None: the
+    remote agent itself), in the remote's ids; the engine namespaces it. The nested lifecycle
+    kinds (`subagent.nested.started` / `finished` / `failed`) say about `subagent_id`: started
+    (with `parent_subagent_id`, None for a subagent of the remote agent itself, `name`, `text`
+    the description, `tool_call_id` / `message_id` the remote's spawning tool call and its
+    message), finished (`status` `completed`, or `suspended` for a subagent paused on an
+    interrupt that a resume run may continue under the same id; `text` its result) or failed
+    (`error`).
     """
 
     kind: str
@@ -69,6 +78,8 @@ class TargetUpdate:
     remote_artifact_id: str | None = None
     remote_tool_call_id: str | None = None
     card_fingerprint: str | None = None
+    subagent_id: str | None = None
+    parent_subagent_id: str | None = None
     raw: dict[str, Any] | None = None
 
 

@@ -170,6 +170,106 @@ def two_concurrent_delegations() -> list[JournalEntry]:
     )
 
 
+def nested(kind: str, nested_id: str | None, **fields: Any) -> DelegationEvent:
+    """An event of the remote's own subagent `nested_id` inside delegation del-1."""
+    return sub(kind, protocol="agui", nested_id=nested_id, **fields)
+
+
+def nested_two_levels() -> list[JournalEntry]:
+    """An AG-UI remote that reports a subagent with a subagent of its own, under the remote's
+    own tool call, and one more level that the policy folds into the second."""
+    return journal(
+        parent(Kind.RUN_STARTED),
+        *delegate_call(),
+        sub(Kind.STARTED, status="working", protocol="agui"),
+        sub(Kind.TOOL_CALL_START, tool_call_id="c1", tool_name="task", protocol="agui"),
+        sub(Kind.TOOL_CALL_END, tool_call_id="c1", protocol="agui"),
+        nested(
+            Kind.NESTED_STARTED,
+            "del-1/planner-1",
+            name="planner",
+            text="Plans the work",
+            tool_call_id="c1",
+            remote_subagent_id="planner-1",
+            depth=1,
+        ),
+        nested(Kind.TEXT_START, "del-1/planner-1", message_id="m1", role="assistant"),
+        nested(Kind.TEXT_DELTA, "del-1/planner-1", message_id="m1", delta="Two tasks."),
+        nested(
+            Kind.NESTED_STARTED,
+            "del-1/estimator-1",
+            name="estimator",
+            nested_parent_id="del-1/planner-1",
+            remote_subagent_id="estimator-1",
+            depth=2,
+        ),
+        nested(Kind.TEXT_START, "del-1/estimator-1", message_id="m2", role="assistant"),
+        nested(Kind.TEXT_DELTA, "del-1/estimator-1", message_id="m2", delta="A day each."),
+        nested(
+            Kind.NESTED_FOLDED,
+            "del-1/estimator-1",
+            name="clock",
+            remote_subagent_id="clock-1",
+            depth=3,
+            status="folded",
+            text="Nested subagent 'clock' is beyond max_nesting_depth 2.",
+        ),
+        nested(Kind.STATUS, "del-1/estimator-1", status="working", text="step tick started"),
+        # The estimator's message is left open: its end closes it.
+        nested(Kind.NESTED_FINISHED, "del-1/estimator-1", status="completed"),
+        nested(Kind.TEXT_END, "del-1/planner-1", message_id="m1"),
+        nested(Kind.NESTED_FINISHED, "del-1/planner-1", status="completed", text="2 tasks"),
+        sub(Kind.TOOL_CALL_RESULT, tool_call_id="c1", result="2 tasks", protocol="agui"),
+        sub(Kind.TEXT_START, message_id="m3", protocol="agui"),
+        sub(Kind.TEXT_DELTA, message_id="m3", delta="Planned.", protocol="agui"),
+        sub(Kind.TEXT_END, message_id="m3", protocol="agui"),
+        sub(Kind.FINISHED, status="completed", text="Planned.", protocol="agui"),
+        result(),
+        parent(Kind.RUN_FINISHED),
+    )
+
+
+def nested_suspended() -> list[JournalEntry]:
+    """Policy `return`: the remote's nested subagent pauses on an interrupt; the delegation ends
+    waiting, the nested subagent (kept open across the pause) ends suspended before it. The
+    run is then cancelled with a second nested subagent still open."""
+    return journal(
+        parent(Kind.RUN_STARTED),
+        *delegate_call(),
+        sub(Kind.STARTED, status="working", protocol="agui"),
+        nested(Kind.NESTED_STARTED, "del-1/deleter-1", name="deleter", depth=1),
+        nested(Kind.TEXT_START, "del-1/deleter-1", message_id="m1"),
+        nested(Kind.TEXT_DELTA, "del-1/deleter-1", message_id="m1", delta="May I?"),
+        nested(Kind.TEXT_END, "del-1/deleter-1", message_id="m1"),
+        nested(Kind.STATUS, "del-1/deleter-1", status="suspended", text="waiting for input"),
+        sub(Kind.INPUT_REQUIRED, status="input_required", text="May I?", sequence=7),
+        nested(Kind.NESTED_FINISHED, "del-1/deleter-1", status="suspended", synthesized=True),
+        sub(Kind.FINISHED, status="input_required", sequence=9, protocol="agui"),
+        result(status="input_required"),
+        *delegate_call("call-2", "research"),
+        sub(Kind.STARTED, "del-2", "call-2", protocol="agui"),
+        sub(
+            Kind.NESTED_STARTED,
+            "del-2",
+            "call-2",
+            protocol="agui",
+            nested_id="del-2/s1",
+            name="s1",
+            depth=1,
+        ),
+        sub(
+            Kind.TEXT_DELTA,
+            "del-2",
+            "call-2",
+            protocol="agui",
+            nested_id="del-2/s1",
+            message_id="x",
+            delta="…",
+        ),
+        parent(Kind.RUN_CANCELLED, text="Stopped."),
+    )
+
+
 SCENARIOS = {
     "happy_path": happy_path,
     "delegation_failure": delegation_failure,
@@ -177,4 +277,6 @@ SCENARIOS = {
     "input_required": input_required,
     "input_answered": input_answered,
     "two_concurrent": two_concurrent_delegations,
+    "nested_two_levels": nested_two_levels,
+    "nested_suspended": nested_suspended,
 }

@@ -38,6 +38,19 @@ Modes (002, 000 §10, §18):
   artifacts, input requests, drop markers and lifecycle are dropped.
 - `hidden`: only the parent's own events; everything a delegation produced is dropped.
 
+Nested subagents (the delegation's remote reported its own, `subagent.nested.*` and events with a
+`nested_id`): in `attributed` mode each is a SUBAGENT_STARTED of its own (its engine id, which is
+namespaced under the delegation, as `subagentRunId`; `parentSubagentRunId` the delegation's id or
+its nested parent's; `parentToolCallId` the remote's spawning tool call, as the wire id of the
+delegation's tool call), its events carry its id, and it ends with SUBAGENT_FINISHED (`suspended`
+with no interrupt ids of its own when it waits with the delegation) or SUBAGENT_ERROR; the folded
+marker (`subagent.nested.folded`) is a CUSTOM event of the ancestor it was folded into. In
+`custom` mode they are `subagent.nested.*` CUSTOM events of the delegation's group whose value adds
+`nestedId`, `nestedParentId`, `remoteSubagentId`, `depth`; in `inline` mode their content is the
+parent's like the delegation's own; in `hidden` mode they are dropped. A subagent ends after its
+nested subagents (the encoder closes any still open, deepest first), and a tool call's result
+waits for the nested subagents that call spawned, as for delegations.
+
 Ordering guarantees, whatever the entries: the first event is RUN_STARTED (synthesized if
 needed); the parent's tool call that spawned a subagent is closed (TOOL_CALL_END) before the
 subagent is announced, and that call's TOOL_CALL_RESULT is held back until every subagent it
@@ -136,6 +149,11 @@ _TOOL: Final = {
 _OPEN: Final = "open"
 _CLOSED: Final = "closed"
 
+_NESTED_LIFECYCLE: Final = frozenset({Kind.NESTED_STARTED, *Kind.NESTED_TERMINALS})
+_FINISHES: Final = frozenset({Kind.FINISHED, Kind.NESTED_FINISHED})
+#: A finish with one of these statuses is a suspension (002), not a success.
+_SUSPENDED_STATUSES: Final = frozenset({"input_required", "suspended"})
+
 
 class SharedEncoding:
     """Encoded pieces that are the same for every viewer of one run in one mode, by event.
@@ -188,7 +206,7 @@ class _Entity:
     """A text message, reasoning message or tool call the consumer has seen opened."""
 
     tag: str | None  # the subagentRunId it carries on the wire (None: untagged)
-    delegation: str | None  # the delegation that produced it, even when untagged (inline)
+    delegation: str | None  # the subagent that produced it (delegation or nested), even untagged
     open: bool = True
     name: str = ""
     parent_message_id: str | None = None
@@ -197,12 +215,20 @@ class _Entity:
 
 @attrs.define
 class _Delegation:
+    """A subagent of the stream: a delegation, or a nested subagent inside one (`root` is the
+    delegation's id; the delegation's own `root` is its `id`)."""
+
     id: str
     state: str
     parent_tool_call_id: str | None
     parent_subagent: str | None
     identity: DelegationEvent  # its first event: the identity a synthesized terminal copies
     interrupt: str | None = None  # the input request it is waiting on, if any
+    root: str = ""
+
+    @property
+    def nested(self) -> bool:
+        return self.root != self.id
 
 
 class AguiStreamEncoder:
@@ -339,23 +365,25 @@ class AguiStreamEncoder:
         if kind == Kind.TEXT_DELTA:
             if not did or type(did) is not str:
                 return None
+            owner = event.nested_id or did
             mode = self.mode
             if mode == "attributed":
-                tag: str | None = did
+                tag: str | None = owner
             elif mode == "inline":
                 tag = None
             else:
                 return None
-            delegation = self._delegations.get(did)
-            if delegation is None or delegation.state != _OPEN:
+            delegation = self._delegations.get(owner)
+            if delegation is None or delegation.state != _OPEN or delegation.root != did:
                 return None
-            wire_id = _sub_id(did, event.message_id, "message")
+            wire_id = _sub_id(owner, event.message_id, "message")
         elif kind == Kind.PARENT_TEXT_DELTA and not did:
             tag = None
             wire_id = _parent_id(event.message_id, "message")
         else:
             return None
-        if wire_id not in self._texts:
+        entity = self._texts.get(wire_id)
+        if entity is None or entity.tag != tag:
             return None
         delta = event.delta if event.delta is not None else event.text
         if type(delta) is not str or not delta:
@@ -441,42 +469,151 @@ class AguiStreamEncoder:
         elif kind == Kind.STARTED:
             self.dropped["duplicate_start"] += 1
             return
-        mode = self.mode
         if kind in Kind.DELEGATION_TERMINALS:
             self._close_delegation(delegation, event, out)
-        elif mode == "hidden":
+            return
+        owner = delegation
+        folded = kind == Kind.NESTED_FOLDED
+        if kind in _NESTED_LIFECYCLE or (event.nested_id is not None and not folded):
+            nested = self._nested_event(delegation, event, out)
+            if nested is None:
+                return
+            owner = nested
+        elif folded and event.nested_id is not None:
+            # The marker is shown as the ancestor the folded subagent's events go to.
+            nested = self._delegations.get(event.nested_id)
+            if nested is not None and nested.state == _OPEN and nested.root == did:
+                owner = nested
+        self._content(did, delegation, owner, event, out)
+
+    def _content(
+        self,
+        did: str,
+        delegation: _Delegation,
+        owner: _Delegation,
+        event: DelegationEvent,
+        out: list[dict[str, Any]],
+    ) -> None:
+        """An event a subagent (`owner`: the delegation, or a nested subagent of it) produced.
+        Message and tool-call ids are prefixed with the producer's id (the delegation's, or a
+        nested subagent's, which starts with the delegation's), so ids never collide across
+        owners: AG-UI keeps the first owner of an id for the whole run."""
+        kind = event.kind
+        mode = self.mode
+        sid = owner.id
+        if mode == "hidden":
             self.dropped["hidden"] += 1
         elif mode == "custom":
             out.append(self._custom_event(event))
         elif kind in _TEXT or kind in _REASONING or kind in _TOOL:
-            tag = did if mode == "attributed" else None
+            tag = sid if mode == "attributed" else None
             if kind in _TEXT:
-                self._text(_TEXT[kind], event, _sub_id(did, event.message_id, "message"), tag, out)
+                wire_id = _sub_id(sid, event.message_id, "message")
+                self._text(_TEXT[kind], event, wire_id, tag, out, sid)
             elif kind in _REASONING:
-                wire_id = _sub_id(did, event.message_id, "reasoning")
-                self._reason(_REASONING[kind], event, wire_id, tag, out)
+                wire_id = _sub_id(sid, event.message_id, "reasoning")
+                self._reason(_REASONING[kind], event, wire_id, tag, out, sid)
             else:
-                wire_id = _sub_id(did, event.tool_call_id, "tool-call")
-                self._tool(_TOOL[kind], event, wire_id, tag, out)
+                wire_id = _sub_id(sid, event.tool_call_id, "tool-call")
+                self._tool(_TOOL[kind], event, wire_id, tag, out, sid)
         elif kind == Kind.INPUT_REQUIRED:
             delegation.interrupt = _interrupt_id(did, event)
             if mode == "attributed":
-                out.append(self._custom_event(event, tag=did))
+                out.append(self._custom_event(event, tag=sid))
             else:
                 self.dropped["inline_lifecycle"] += 1
         elif kind == Kind.CUSTOM:
             name = event.name or kind
             if mode == "attributed":
                 event_out = {"type": _CUSTOM, "name": name, "value": _custom_value(event)}
-                out.append(_tagged(event_out, did))
+                out.append(_tagged(event_out, sid))
             elif name.startswith("subagent."):
                 self.dropped["inline_reserved_name"] += 1
             else:
                 out.append({"type": _CUSTOM, "name": name, "value": _custom_value(event)})
         elif mode == "attributed":
-            out.append(self._custom_event(event, tag=did))
+            out.append(self._custom_event(event, tag=sid))
         else:
             self.dropped["inline_lifecycle"] += 1
+
+    # -- nested subagents (the remote's own, inside a delegation) -----------------------------
+
+    def _nested_event(
+        self, root: _Delegation, event: DelegationEvent, out: list[dict[str, Any]]
+    ) -> _Delegation | None:
+        """The open nested subagent `event` belongs to (announced first if it never was), or
+        None when the event was its lifecycle (handled here) or cannot be shown."""
+        kind = event.kind
+        nid = event.nested_id
+        if not nid:
+            self.dropped["nested_without_id"] += 1
+            return None
+        nested = self._delegations.get(nid)
+        if nested is not None and nested.root != root.id:
+            self.dropped["nested_id_conflict"] += 1
+            return None
+        if kind == Kind.NESTED_STARTED:
+            if nested is None:
+                self._open_nested(root, event, out)
+            else:  # open: a repeat; ended: an id is announced once per run (@ag-ui/client)
+                self.dropped["duplicate_start" if nested.state == _OPEN else "subagent_reused"] += 1
+            return None
+        if nested is None:
+            nested = self._open_nested(
+                root, event.derived(Kind.NESTED_STARTED, **_nesting(event)), out
+            )
+        elif nested.state == _CLOSED:
+            self.dropped["after_subagent_terminal"] += 1
+            return None
+        if kind in Kind.NESTED_TERMINALS:
+            self._close_delegation(nested, event, out)
+            return None
+        return nested
+
+    def _open_nested(
+        self, root: _Delegation, event: DelegationEvent, out: list[dict[str, Any]]
+    ) -> _Delegation:
+        nid = event.nested_id or ""
+        did = root.id
+        parent = self._delegations.get(event.nested_parent_id or "")
+        if parent is None or parent.root != did:
+            parent = root
+        # The spawning call is the parent's (agents as tools): its wire id has the parent's prefix.
+        call_id = (
+            _sub_id(parent.id, event.tool_call_id, "tool-call") if event.tool_call_id else None
+        )
+        nested = _Delegation(nid, _OPEN, call_id, parent.id, event, root=did)
+        self._delegations[nid] = nested
+        call = self._calls.get(call_id) if call_id else None
+        if call is not None and call.open:
+            # Agents as tools (002), one level down: the call closes, then the subagent runs.
+            call.open = False
+            out.append(_tagged({"type": _TOOL_END, "toolCallId": call_id}, call.tag))
+        if self.mode == "attributed":
+            announce: dict[str, Any] = {
+                "type": _SUBAGENT_STARTED,
+                "subagentRunId": nid,
+                "name": event.name or event.remote_subagent_id or "subagent",
+            }
+            if event.text:
+                announce["description"] = event.text
+            announce["parentSubagentRunId"] = parent.id
+            if call_id is not None and call is not None:
+                announce["parentToolCallId"] = call_id
+            metadata = _drop_none(
+                {
+                    "agentKey": event.agent_key,
+                    "protocol": event.protocol,
+                    "remoteSubagentId": event.remote_subagent_id,
+                    "depth": event.depth,
+                }
+            )
+            if metadata:
+                announce["metadata"] = metadata
+            out.append(announce)
+        elif self.mode == "custom":
+            out.append(self._custom_event(event))
+        return nested
 
     def _open_delegation(
         self, did: str, event: DelegationEvent, out: list[dict[str, Any]]
@@ -488,7 +625,7 @@ class AguiStreamEncoder:
             owner = self._delegations.get(call.delegation)
             if owner is not None and owner.state == _OPEN:
                 parent_subagent = owner.id
-        delegation = _Delegation(did, _OPEN, call_id, parent_subagent, event)
+        delegation = _Delegation(did, _OPEN, call_id, parent_subagent, event, root=did)
         self._delegations[did] = delegation
         if call is not None and call.open:
             # Agents as tools (002): the consumer sees the call close, then the subagent.
@@ -534,17 +671,31 @@ class AguiStreamEncoder:
     def _close_delegation(
         self, delegation: _Delegation, event: DelegationEvent, out: list[dict[str, Any]]
     ) -> None:
+        """End a subagent: its open nested subagents first (deepest first), then what it left
+        open, then its terminal."""
+        suspended = event.kind in _FINISHES and event.status in _SUSPENDED_STATUSES
+        for other in reversed(list(self._delegations.values())):
+            if (
+                other.state == _OPEN
+                and other.nested
+                and other.root == delegation.root
+                and other.parent_subagent == delegation.id
+            ):
+                self._close_delegation(other, _closing(other, suspended=suspended), out)
         self._close_entities(delegation.id, out)
         delegation.state = _CLOSED
         if self.mode == "attributed":
-            if event.kind == Kind.FINISHED and event.status == "input_required":
-                interrupt = delegation.interrupt or _interrupt_id(delegation.id, event)
-                outcome = {"type": "suspended", "interruptIds": [interrupt]}
+            if suspended:
+                # A nested subagent owns no interrupt of this run: the delegation's covers all.
+                interrupts = []
+                if not delegation.nested:
+                    interrupts = [delegation.interrupt or _interrupt_id(delegation.id, event)]
+                outcome = {"type": "suspended", "interruptIds": interrupts}
                 finished: dict[str, Any] = {"type": _SUBAGENT_FINISHED}
                 finished["subagentRunId"] = delegation.id
                 finished["outcome"] = outcome
                 out.append(finished)
-            elif event.kind == Kind.FINISHED:
+            elif event.kind in _FINISHES:
                 finished = {"type": _SUBAGENT_FINISHED, "subagentRunId": delegation.id}
                 if event.text:
                     finished["result"] = event.text
@@ -612,16 +763,7 @@ class AguiStreamEncoder:
     def _terminal(self, event: DelegationEvent, out: list[dict[str, Any]]) -> None:
         for delegation in reversed(list(self._delegations.values())):
             if delegation.state == _OPEN:
-                closing = delegation.identity.derived(
-                    Kind.CANCELLED,
-                    synthesized=True,
-                    status="cancelled",
-                    error=DelegationError(
-                        code=ErrorCode.RUN_CLOSED,
-                        message="The run ended before this subagent reported an outcome.",
-                    ),
-                )
-                self._close_delegation(delegation, closing, out)
+                self._close_delegation(delegation, _closing(delegation), out)
         self._release(out)  # nothing blocks any more: every subagent has ended
         self._close_entities(None, out)
         self._ended = True
@@ -653,8 +795,9 @@ class AguiStreamEncoder:
         wire_id: str,
         tag: str | None,
         out: list[dict[str, Any]],
+        owner: str | None = None,
     ) -> None:
-        delegation = event.delegation_id or None
+        delegation = owner or event.delegation_id or None
         if action == "start":
             if wire_id in self._texts:
                 self.dropped["duplicate_start"] += 1
@@ -666,13 +809,14 @@ class AguiStreamEncoder:
             if not delta:
                 self.dropped["empty_delta"] += 1
                 return
-            if wire_id not in self._texts:
-                self._open_text(wire_id, tag, delegation, "assistant", out)
+            entity = self._texts.get(wire_id)
+            if entity is None:
+                entity = self._open_text(wire_id, tag, delegation, "assistant", out)
             content = {"type": _TEXT_CONTENT, "messageId": wire_id, "delta": delta}
-            out.append(_tagged(content, tag))
+            out.append(_tagged(content, entity.tag))
         elif wire_id in self._texts:
-            del self._texts[wire_id]
-            out.append(_tagged({"type": _TEXT_END, "messageId": wire_id}, tag))
+            entity = self._texts.pop(wire_id)
+            out.append(_tagged({"type": _TEXT_END, "messageId": wire_id}, entity.tag))
         else:
             self.dropped["end_of_unknown"] += 1
 
@@ -683,9 +827,10 @@ class AguiStreamEncoder:
         delegation: str | None,
         role: str,
         out: list[dict[str, Any]],
-    ) -> None:
-        self._texts[wire_id] = _Entity(tag, delegation)
+    ) -> _Entity:
+        entity = self._texts[wire_id] = _Entity(tag, delegation)
         out.append(_tagged({"type": _TEXT_START, "messageId": wire_id, "role": role}, tag))
+        return entity
 
     def _reason(
         self,
@@ -694,8 +839,9 @@ class AguiStreamEncoder:
         wire_id: str,
         tag: str | None,
         out: list[dict[str, Any]],
+        owner: str | None = None,
     ) -> None:
-        delegation = event.delegation_id or None
+        delegation = owner or event.delegation_id or None
         if action == "start":
             if wire_id in self._reasoning:
                 self.dropped["duplicate_start"] += 1
@@ -706,24 +852,27 @@ class AguiStreamEncoder:
             if not delta:
                 self.dropped["empty_delta"] += 1
                 return
-            if wire_id not in self._reasoning:
-                self._open_reasoning(wire_id, tag, delegation, out)
+            entity = self._reasoning.get(wire_id)
+            if entity is None:
+                entity = self._open_reasoning(wire_id, tag, delegation, out)
             content = {"type": _REASONING_MESSAGE_CONTENT, "messageId": wire_id, "delta": delta}
-            out.append(_tagged(content, tag))
+            out.append(_tagged(content, entity.tag))
         elif wire_id in self._reasoning:
-            del self._reasoning[wire_id]
-            out.append(_tagged({"type": _REASONING_MESSAGE_END, "messageId": wire_id}, tag))
-            out.append(_tagged({"type": _REASONING_END, "messageId": wire_id}, tag))
+            entity = self._reasoning.pop(wire_id)
+            end = {"type": _REASONING_MESSAGE_END, "messageId": wire_id}
+            out.append(_tagged(end, entity.tag))
+            out.append(_tagged({"type": _REASONING_END, "messageId": wire_id}, entity.tag))
         else:
             self.dropped["end_of_unknown"] += 1
 
     def _open_reasoning(
         self, wire_id: str, tag: str | None, delegation: str | None, out: list[dict[str, Any]]
-    ) -> None:
-        self._reasoning[wire_id] = _Entity(tag, delegation)
+    ) -> _Entity:
+        entity = self._reasoning[wire_id] = _Entity(tag, delegation)
         out.append(_tagged({"type": _REASONING_START, "messageId": wire_id}, tag))
         start = {"type": _REASONING_MESSAGE_START, "messageId": wire_id, "role": "reasoning"}
         out.append(_tagged(start, tag))
+        return entity
 
     def _tool(
         self,
@@ -732,8 +881,9 @@ class AguiStreamEncoder:
         wire_id: str,
         tag: str | None,
         out: list[dict[str, Any]],
+        owner: str | None = None,
     ) -> None:
-        delegation = event.delegation_id or None
+        delegation = owner or event.delegation_id or None
         call = self._calls.get(wire_id)
         if action == "start":
             if call is not None:
@@ -838,6 +988,10 @@ class AguiStreamEncoder:
                 "status": event.status,
                 "args": event.args,
                 "result": event.result,
+                "nestedId": event.nested_id,
+                "nestedParentId": event.nested_parent_id,
+                "remoteSubagentId": event.remote_subagent_id,
+                "depth": event.depth,
             }
         )
         if event.artifact is not None:
@@ -926,6 +1080,41 @@ def _custom_value(event: DelegationEvent) -> Any:
 
 def _synthesized_start(event: DelegationEvent) -> DelegationEvent:
     return event.derived(Kind.STARTED, synthesized=True)
+
+
+def _nesting(event: DelegationEvent) -> dict[str, Any]:
+    """The nesting fields of a synthesized announcement of `event`'s nested subagent."""
+    return {
+        "nested_id": event.nested_id,
+        "remote_subagent_id": event.remote_subagent_id,
+        "synthesized": True,
+    }
+
+
+def _closing(subagent: _Delegation, *, suspended: bool = False) -> DelegationEvent:
+    """The terminal the encoder gives a subagent nothing ended: the run (or, for a nested one,
+    its parent) ended first. A nested subagent of a parent that ends suspended is suspended."""
+    identity = subagent.identity
+    if subagent.nested:
+        kind = Kind.NESTED_FINISHED if suspended else Kind.NESTED_CANCELLED
+        fields: dict[str, Any] = {
+            "nested_id": subagent.id,
+            "remote_subagent_id": identity.remote_subagent_id,
+        }
+    else:
+        kind, fields = Kind.CANCELLED, {}
+    if suspended:
+        return identity.derived(kind, synthesized=True, status="suspended", **fields)
+    return identity.derived(
+        kind,
+        synthesized=True,
+        status="cancelled",
+        error=DelegationError(
+            code=ErrorCode.RUN_CLOSED,
+            message="The run ended before this subagent reported an outcome.",
+        ),
+        **fields,
+    )
 
 
 # -- JSON and SSE ----------------------------------------------------------------------------

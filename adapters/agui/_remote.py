@@ -23,19 +23,24 @@ Theory of operation. RUN_STARTED yields `subagent.started` (the remote run id is
 id, the thread id the remote context id). TEXT_MESSAGE_* and REASONING_MESSAGE_* keep their
 message lifecycle as `subagent.text.*` / `subagent.reasoning.*`; TOOL_CALL_* become
 `subagent.tool_call.*`, the remote's own tools, never the parent's; STEP_* are statuses; CUSTOM
-keeps its name and value, and RAW, STATE_*, MESSAGES_SNAPSHOT, ACTIVITY_* and the remote's own
-SUBAGENT_* become `subagent.custom` named `agui.<type>` with the payload (bounded) in
-`raw["value"]`. RUN_FINISHED ends the delegation: its `result` is the summary; an `interrupt`
-outcome is `subagent.input_required` and suspends the mapper with every interrupt id kept in
-`interrupts` until `resume()` (the session's answer starts the remote's resume run, whose
-RUN_STARTED is a `working` status, not a second start); a `cancelled` outcome is
-`subagent.cancelled`. RUN_ERROR is `subagent.failed` (`remote_failed`). Messages and tool calls
-still open when the run ends or suspends are closed first.
+keeps its name and value, and RAW, STATE_*, MESSAGES_SNAPSHOT and ACTIVITY_* become
+`subagent.custom` named `agui.<type>` with the payload (bounded) in `raw["value"]`.
+RUN_FINISHED ends the delegation: its `result` is the summary; an `interrupt` outcome is
+`subagent.input_required` and suspends the mapper with every interrupt id kept in `interrupts`
+until `resume()` (the session's answer starts the remote's resume run, whose RUN_STARTED is a
+`working` status, not a second start); a `cancelled` outcome is `subagent.cancelled`. RUN_ERROR
+is `subagent.failed` (`remote_failed`). Messages and tool calls still open when the run ends or
+suspends are closed first.
 
-Nesting comes later. An event a remote subagent produced (`subagentRunId`) is mapped as the
-remote's own content for now, with `subagentRunId` (and, on SUBAGENT_STARTED,
-`parentSubagentRunId`, `parentToolCallId`) kept in the update's `raw`; `remote_subagents` records
-the subagents announced, so the encoder can later draw them as subagents of this subagent.
+Nesting. The remote's own subagents (SUBAGENT_STARTED / FINISHED / ERROR) become the engine's
+nested lifecycle (`subagent.nested.started` with `parent_subagent_id`, the spawning tool call and
+message; `subagent.nested.finished`, `status` `suspended` for a `suspended` outcome;
+`subagent.nested.failed`), and every update carries the remote subagent that produced it in
+`subagent_id`: an event's own `subagentRunId`, or for a continuation or end of a message or tool
+call, the subagent that opened it (002: the first writer stays the owner). The mapper only reads
+the remote's ids; `DelegationState` namespaces them, keeps one terminal each, continues a
+suspended one and folds what is deeper than the policy allows. `remote_subagents` records the
+announcements (bounded).
 """
 
 from __future__ import annotations
@@ -86,9 +91,6 @@ _CUSTOM_TYPES: Final = {
     "MESSAGES_SNAPSHOT": "agui.messages_snapshot",
     "ACTIVITY_SNAPSHOT": "agui.activity_snapshot",
     "ACTIVITY_DELTA": "agui.activity_delta",
-    "SUBAGENT_STARTED": "agui.subagent_started",
-    "SUBAGENT_FINISHED": "agui.subagent_finished",
-    "SUBAGENT_ERROR": "agui.subagent_error",
 }
 #: Fields of an event that are envelope, not payload, when the payload is the event itself.
 _ENVELOPE: Final = frozenset({"type", "timestamp", "rawEvent", "metadata", "subagentRunId"})
@@ -237,8 +239,12 @@ class AguiRemoteMapper:
         self._resuming = False
         self._decoder = RemoteSseDecoder(max_frame_bytes=max_frame_bytes)
         self._chunks = ChunkExpander()
-        self._texts: dict[str, str] = {}  # open message id -> family ("text" | "reasoning")
-        self._tools: dict[str, str] = {}  # open tool call id -> name
+        # Open message id -> (family "text" | "reasoning", the remote subagent that opened it).
+        self._texts: dict[str, tuple[str, str | None]] = {}
+        # Open tool call id -> (name, the remote subagent that opened it).
+        self._tools: dict[str, tuple[str, str | None]] = {}
+        # Ended tool calls' owners (bounded): a result belongs to whoever opened its call.
+        self._call_owners: OrderedDict[str, str | None] = OrderedDict()
 
     # -- public surface -----------------------------------------------------------------------
 
@@ -456,20 +462,24 @@ class AguiRemoteMapper:
 
     def _close_open(self, out: list[TargetUpdate]) -> None:
         """Close what the remote left open (the engine would close messages, not tool calls)."""
-        for tool_call_id in list(self._tools):
+        for tool_call_id, (_, owner) in list(self._tools.items()):
             del self._tools[tool_call_id]
-            out.append(self._tool_update(Kind.TOOL_CALL_END, tool_call_id))
-        for message_id, family in list(self._texts.items()):
+            out.append(self._tool_update(Kind.TOOL_CALL_END, tool_call_id, subagent_id=owner))
+        for message_id, (family, owner) in list(self._texts.items()):
             del self._texts[message_id]
             end = Kind.TEXT_END if family == "text" else Kind.REASONING_END
-            out.append(self._update(end, message_id=message_id, remote_message_id=message_id))
+            out.append(
+                self._update(
+                    end, message_id=message_id, remote_message_id=message_id, subagent_id=owner
+                )
+            )
 
     # -- messages -----------------------------------------------------------------------------
 
     def _message_start(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
         family = "text" if event["type"] == "TEXT_MESSAGE_START" else "reasoning"
         message_id = _id(event, "messageId")
-        raw = _attribution(event)
+        owner = _attribution(event)
         if message_id in self._texts:
             raise _Malformed(f"{event['type']} for message {message_id!r}, which is already open")
         if len(self._texts) >= MAX_OPEN:
@@ -483,7 +493,7 @@ class AguiRemoteMapper:
         else:
             role = "reasoning"
         name = event.get("name")
-        self._texts[message_id] = family
+        self._texts[message_id] = (family, owner)
         out.append(
             self._update(
                 Kind.TEXT_START if family == "text" else Kind.REASONING_START,
@@ -491,17 +501,16 @@ class AguiRemoteMapper:
                 remote_message_id=message_id,
                 role=role,
                 name=name if isinstance(name, str) and name else None,
-                raw=raw,
+                subagent_id=owner,
             )
         )
 
     def _message_content(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
         family = "text" if event["type"] == "TEXT_MESSAGE_CONTENT" else "reasoning"
-        message_id = self._open_message(event, family)
+        message_id, owner = self._open_message(event, family)
         delta = event.get("delta")
         if not isinstance(delta, str):
             raise _Malformed(f"{event['type']} without a string delta")
-        raw = _attribution(event)
         if not delta:
             self.ignored["empty_delta"] += 1
             return
@@ -511,72 +520,86 @@ class AguiRemoteMapper:
                 message_id=message_id,
                 remote_message_id=message_id,
                 delta=delta,
-                raw=raw,
+                subagent_id=owner,
             )
         )
 
     def _message_end(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
         family = "text" if event["type"] == "TEXT_MESSAGE_END" else "reasoning"
-        message_id = self._open_message(event, family)
-        raw = _attribution(event)
+        message_id, owner = self._open_message(event, family)
         del self._texts[message_id]
         out.append(
             self._update(
                 Kind.TEXT_END if family == "text" else Kind.REASONING_END,
                 message_id=message_id,
                 remote_message_id=message_id,
-                raw=raw,
+                subagent_id=owner,
             )
         )
 
-    def _open_message(self, event: dict[str, Any], family: str) -> str:
+    def _open_message(self, event: dict[str, Any], family: str) -> tuple[str, str | None]:
+        """The id of the open message `event` continues, and who opened it: the first writer
+        stays the owner (002), whatever a continuation says."""
         message_id = _id(event, "messageId")
-        if self._texts.get(message_id) != family:
+        _attribution(event)
+        opened = self._texts.get(message_id)
+        if opened is None or opened[0] != family:
             noun = "message" if family == "text" else "reasoning message"
             raise _Malformed(
                 f"{event['type']} for a {noun} that was never started ({message_id!r})"
             )
-        return message_id
+        return message_id, opened[1]
 
     # -- tool calls ---------------------------------------------------------------------------
 
     def _tool_start(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
         tool_call_id = _id(event, "toolCallId")
         name = _id(event, "toolCallName")
-        raw = _attribution(event)
+        owner = _attribution(event)
+        raw = None
         parent = event.get("parentMessageId")
         if isinstance(parent, str) and parent:
-            raw = {**(raw or {}), "parentMessageId": parent[:MAX_ID_CHARS]}
+            raw = {"parentMessageId": parent[:MAX_ID_CHARS]}
         if tool_call_id in self._tools:
             raise _Malformed(
                 f"TOOL_CALL_START for tool call {tool_call_id!r}, which is already open"
             )
         if len(self._tools) >= MAX_OPEN:
             raise _Malformed(f"more than {MAX_OPEN} tool calls open at once")
-        self._tools[tool_call_id] = name
-        out.append(self._tool_update(Kind.TOOL_CALL_START, tool_call_id, tool_name=name, raw=raw))
+        self._tools[tool_call_id] = (name, owner)
+        out.append(
+            self._tool_update(
+                Kind.TOOL_CALL_START, tool_call_id, tool_name=name, raw=raw, subagent_id=owner
+            )
+        )
 
     def _tool_args(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
         tool_call_id = self._open_tool(event)
         delta = event.get("delta")
         if not isinstance(delta, str):
             raise _Malformed("TOOL_CALL_ARGS without a string delta")
-        raw = _attribution(event)
         if not delta:
             self.ignored["empty_delta"] += 1
             return
-        name = self._tools[tool_call_id]
+        name, owner = self._tools[tool_call_id]
         out.append(
             self._tool_update(
-                Kind.TOOL_CALL_ARGS, tool_call_id, tool_name=name, delta=delta, raw=raw
+                Kind.TOOL_CALL_ARGS, tool_call_id, tool_name=name, delta=delta, subagent_id=owner
             )
         )
 
     def _tool_end(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
         tool_call_id = self._open_tool(event)
-        raw = _attribution(event)
-        name = self._tools.pop(tool_call_id)
-        out.append(self._tool_update(Kind.TOOL_CALL_END, tool_call_id, tool_name=name, raw=raw))
+        name, owner = self._tools.pop(tool_call_id)
+        self._ended_call(tool_call_id, owner)
+        out.append(
+            self._tool_update(Kind.TOOL_CALL_END, tool_call_id, tool_name=name, subagent_id=owner)
+        )
+
+    def _ended_call(self, tool_call_id: str, owner: str | None) -> None:
+        self._call_owners[tool_call_id] = owner
+        while len(self._call_owners) > TRACKED_SUBAGENTS:
+            self._call_owners.popitem(last=False)
 
     def _tool_result(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
         tool_call_id = _id(event, "toolCallId")
@@ -584,33 +607,55 @@ class AguiRemoteMapper:
         content = event.get("content")
         if not isinstance(content, str | list):
             raise _Malformed("TOOL_CALL_RESULT without a string or list content")
-        raw = {**(_attribution(event) or {}), "messageId": message_id}
-        name = self._tools.pop(tool_call_id, None)
-        if name is not None:  # a result closes its call (the client sees END before RESULT)
-            out.append(self._tool_update(Kind.TOOL_CALL_END, tool_call_id, tool_name=name))
+        tag = _attribution(event)
+        raw = {"messageId": message_id}
+        name, owner = self._tools.pop(tool_call_id, (None, tag))
+        if name is None:
+            # The call ended earlier (or in an earlier run): its opener still owns it.
+            owner = self._call_owners.pop(tool_call_id, tag)
+        else:  # a result closes its call (the client sees END before RESULT)
+            out.append(
+                self._tool_update(
+                    Kind.TOOL_CALL_END, tool_call_id, tool_name=name, subagent_id=owner
+                )
+            )
         # A result for a call this stream never started is legal: it answers an earlier run's.
         result = content if isinstance(content, str) else _carried(content)
         out.append(
             self._tool_update(
-                Kind.TOOL_CALL_RESULT, tool_call_id, tool_name=name, result=result, raw=raw
+                Kind.TOOL_CALL_RESULT,
+                tool_call_id,
+                tool_name=name,
+                result=result,
+                raw=raw,
+                subagent_id=owner,
             )
         )
 
     def _open_tool(self, event: dict[str, Any]) -> str:
         tool_call_id = _id(event, "toolCallId")
+        _attribution(event)
         if tool_call_id not in self._tools:
             raise _Malformed(
                 f"{event['type']} for a tool call that was never started ({tool_call_id!r})"
             )
         return tool_call_id
 
-    # -- statuses and custom payloads ---------------------------------------------------------
+    # -- statuses, custom payloads and the remote's own subagents -----------------------------
 
     def _step(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
         name = _id(event, "stepName")
-        raw = {**(_attribution(event) or {}), "type": event["type"], "stepName": name}
+        raw = {"type": event["type"], "stepName": name}
         verb = "started" if event["type"] == "STEP_STARTED" else "finished"
-        out.append(self._update(Kind.STATUS, status="working", text=f"step {name} {verb}", raw=raw))
+        out.append(
+            self._update(
+                Kind.STATUS,
+                status="working",
+                text=f"step {name} {verb}",
+                raw=raw,
+                subagent_id=_attribution(event),
+            )
+        )
 
     def _custom(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
         name = event.get("name")
@@ -618,27 +663,93 @@ class AguiRemoteMapper:
             raise _Malformed("CUSTOM without a name")
         if "value" not in event:
             raise _Malformed("CUSTOM without a value")
-        raw = {**(_attribution(event) or {}), "value": _carried(event["value"])}
-        out.append(self._update(Kind.CUSTOM, name=name[:MAX_ID_CHARS], raw=raw))
+        raw = {"value": _carried(event["value"])}
+        out.append(
+            self._update(
+                Kind.CUSTOM, name=name[:MAX_ID_CHARS], raw=raw, subagent_id=_attribution(event)
+            )
+        )
 
     def _carried_custom(self, kind: str, event: dict[str, Any], out: list[TargetUpdate]) -> None:
-        raw = _attribution(event) or {}
-        if kind.startswith("SUBAGENT_"):
-            subagent = _id(event, "subagentRunId")
-            if kind == "SUBAGENT_STARTED":
-                _id(event, "name")
-                for key in ("parentSubagentRunId", "parentToolCallId", "parentMessageId"):
-                    value = event.get(key)
-                    if isinstance(value, str):
-                        raw[key] = value[:MAX_ID_CHARS]
-                self.remote_subagents[subagent] = {
-                    k: v for k, v in event.items() if k not in _ENVELOPE and isinstance(v, str)
-                }
-                while len(self.remote_subagents) > TRACKED_SUBAGENTS:
-                    self.remote_subagents.popitem(last=False)
         payload = {key: value for key, value in event.items() if key not in _ENVELOPE}
-        raw["value"] = _carried(payload)
-        out.append(self._update(Kind.CUSTOM, name=_CUSTOM_TYPES[kind], raw=raw))
+        raw = {"value": _carried(payload)}
+        out.append(
+            self._update(
+                Kind.CUSTOM, name=_CUSTOM_TYPES[kind], raw=raw, subagent_id=_attribution(event)
+            )
+        )
+
+    def _subagent_started(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        subagent = _id(event, "subagentRunId")
+        name = _id(event, "name")
+        links: dict[str, str | None] = {}
+        for key in ("parentSubagentRunId", "parentToolCallId", "parentMessageId"):
+            value = event.get(key)
+            if value is not None and (not isinstance(value, str) or not value):
+                raise _Malformed(f"SUBAGENT_STARTED with a {key} that is not an id")
+            links[key] = value[:MAX_ID_CHARS] if isinstance(value, str) else None
+        description = event.get("description")
+        self.remote_subagents[subagent] = {
+            k: v for k, v in event.items() if k not in _ENVELOPE and isinstance(v, str)
+        }
+        self.remote_subagents.move_to_end(subagent)
+        while len(self.remote_subagents) > TRACKED_SUBAGENTS:
+            self.remote_subagents.popitem(last=False)
+        metadata = event.get("metadata")
+        out.append(
+            self._update(
+                Kind.NESTED_STARTED,
+                subagent_id=subagent,
+                parent_subagent_id=links["parentSubagentRunId"],
+                name=name[:MAX_ID_CHARS],
+                text=_truncate(description) if isinstance(description, str) else None,
+                tool_call_id=links["parentToolCallId"],
+                message_id=links["parentMessageId"],
+                raw={"metadata": _carried(metadata)} if isinstance(metadata, dict) else None,
+            )
+        )
+
+    def _subagent_finished(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        subagent = _id(event, "subagentRunId")
+        outcome = event.get("outcome")
+        kind = "success"
+        if outcome is not None:
+            if not isinstance(outcome, dict) or not isinstance(outcome.get("type"), str):
+                raise _Malformed("SUBAGENT_FINISHED has an outcome without a string `type`")
+            kind = outcome["type"]
+        raw: dict[str, Any] = {}
+        if kind == "suspended" and isinstance(outcome, dict):
+            ids = outcome.get("interruptIds")
+            if isinstance(ids, list) and all(isinstance(i, str) for i in ids):
+                raw["interruptIds"] = ids[:MAX_INTERRUPTS]
+        result = event.get("result")
+        if result is not None:
+            raw["result"] = _carried(result)
+        out.append(
+            self._update(
+                Kind.NESTED_FINISHED,
+                subagent_id=subagent,
+                status="suspended" if kind == "suspended" else "completed",
+                text=_summary(result),
+                raw=raw or None,
+            )
+        )
+
+    def _subagent_error(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        subagent = _id(event, "subagentRunId")
+        message = event.get("message")
+        code = event.get("code")
+        error = DelegationError(
+            code=ErrorCode.REMOTE_FAILED,
+            message=_truncate(message)
+            if isinstance(message, str) and message
+            else "The remote's subagent failed.",
+            remote_status="failed",
+            metadata={"remote_code": code[:MAX_ID_CHARS]} if isinstance(code, str) else None,
+        )
+        out.append(
+            self._update(Kind.NESTED_FAILED, subagent_id=subagent, status="failed", error=error)
+        )
 
     # -- building updates ---------------------------------------------------------------------
 
@@ -670,6 +781,9 @@ _HANDLERS: Final = {
     "STEP_STARTED": AguiRemoteMapper._step,
     "STEP_FINISHED": AguiRemoteMapper._step,
     "CUSTOM": AguiRemoteMapper._custom,
+    "SUBAGENT_STARTED": AguiRemoteMapper._subagent_started,
+    "SUBAGENT_FINISHED": AguiRemoteMapper._subagent_finished,
+    "SUBAGENT_ERROR": AguiRemoteMapper._subagent_error,
 }
 
 
@@ -703,14 +817,14 @@ def _id(event: dict[str, Any], key: str) -> str:
     return value
 
 
-def _attribution(event: dict[str, Any]) -> dict[str, Any] | None:
-    """The remote subagent an event belongs to, kept for nesting (`raw["subagentRunId"]`)."""
+def _attribution(event: dict[str, Any]) -> str | None:
+    """The remote subagent an event names (`subagentRunId`), if any."""
     value = event.get("subagentRunId")
     if value is None:
         return None
     if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS:
         raise _Malformed(f"{_type_name(event.get('type'))} with a subagentRunId that is not an id")
-    return {"subagentRunId": value}
+    return value
 
 
 def _interrupts(outcome: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""Delegations to a real remote AG-UI agent through the whole engine (issue 7, without nesting).
+"""Delegations to a real remote AG-UI agent through the whole engine (issue 7; nesting in depth:
+test_agui_nesting.py).
 
 Remote side: `tests/servers/agui_app.py`, an AG-UI agent written with the official
 `ag-ui-protocol` encoder on Starlette/uvicorn in its own process; each scenario a path.
@@ -278,17 +279,24 @@ async def test_crlf_framing_is_read(agui_server: AguiServer) -> None:
     assert text_of(events) == "Hello from AG-UI."
 
 
-async def test_remote_subagents_are_kept_attributed_for_nesting(agui_server: AguiServer) -> None:
+async def test_remote_subagents_are_nested_subagents_of_the_delegation(
+    agui_server: AguiServer,
+) -> None:
     result, events = await delegate(agui_agent(agui_server, "subagents"))
     assert result.status == Status.COMPLETED, result
-    custom = [(e.name, e.raw) for e in events if e.kind == Kind.CUSTOM]
-    assert [name for name, _ in custom] == ["agui.subagent_started", "agui.subagent_finished"]
-    assert custom[0][1]["subagentRunId"] == "sub-1"
-    assert custom[0][1]["value"]["name"] == "researcher"
-    assert custom[1][1]["value"]["result"] == {"sources": 3}
-    tagged = [e for e in events if e.kind == Kind.TEXT_DELTA and (e.raw or {}).get("subagentRunId")]
+    nested_id = f"{result.delegation_id}/sub-1"
+    lifecycle = [(e.kind, e.nested_id) for e in events if e.kind.startswith("subagent.nested.")]
+    assert lifecycle == [(Kind.NESTED_STARTED, nested_id), (Kind.NESTED_FINISHED, nested_id)]
+    started = next(e for e in events if e.kind == Kind.NESTED_STARTED)
+    assert (started.name, started.text, started.remote_subagent_id) == (
+        "researcher",
+        "Finds sources",
+        "sub-1",
+    )
+    tagged = [e for e in events if e.kind == Kind.TEXT_DELTA and e.nested_id == nested_id]
     assert [e.delta for e in tagged] == ["Three sources."]
     assert text_of(events) == "Three sources.Summary of the sources."
+    assert [m.text for m in result.messages] == ["Summary of the sources."]  # its own only
 
 
 @pytest.mark.parametrize(
@@ -312,7 +320,8 @@ async def test_the_parents_agui_stream_stays_valid_in_every_mode(
         if mode == "attributed":
             types = [event["type"] for _, event in frames]
             assert "SUBAGENT_STARTED" in types
-            assert types.count("SUBAGENT_STARTED") == 1  # the remote's subagents: not yet nested
+            # The delegation, plus the remote's own subagent nested under it.
+            assert types.count("SUBAGENT_STARTED") == (2 if scenario == "subagents" else 1)
 
 
 # -- identity, credentials, context policy --------------------------------------------------------

@@ -37,6 +37,13 @@ Routes: ``POST /agents/<scenario>`` takes a `RunAgentInput` (validated with the 
 - ``stubborn``: like ``hang``, but its stop endpoint refuses (409) and the run goes on.
 - ``subagents``: the remote's own subagent ``researcher`` (SUBAGENT_STARTED, attributed text,
   SUBAGENT_FINISHED), then the remote's own text, RUN_FINISHED.
+- ``nested``: subagents two levels deep under the remote's own tool call ``task``: ``planner``
+  (announced with ``parentToolCallId``) streams text, spawns ``estimator``
+  (``parentSubagentRunId``), whose text, reasoning and tool call are attributed to it; both
+  finish (estimator first), then the call's result, the remote's own text, RUN_FINISHED.
+- ``nested_interrupt``: ``deleter`` (a subagent) asks, then ends ``suspended`` and the run ends
+  with an interrupt attributed to it. The resume run announces ``deleter`` again (002's
+  continuation), which says ``Deleted.`` and finishes; RUN_FINISHED ``approved``.
 - ``auth``: 401 unless ``Authorization: Bearer test-token``; then like a short ``stream``.
 - ``crlf``: like ``stream``, framed with CRLF line endings (legal SSE, sse-starlette's default).
 
@@ -87,6 +94,7 @@ from ag_ui.core import (
     StepFinishedEvent,
     StepStartedEvent,
     SubagentFinishedEvent,
+    SubagentFinishedSuspendedOutcome,
     SubagentStartedEvent,
     TextMessageChunkEvent,
     TextMessageContentEvent,
@@ -120,6 +128,8 @@ SCENARIOS = (
     "hang",
     "stubborn",
     "subagents",
+    "nested",
+    "nested_interrupt",
     "auth",
     "crlf",
 )
@@ -277,6 +287,54 @@ class Agent:
                 *_text("m1", "Summary of the sources."),
                 finished,
             ]
+        elif scenario == "nested":
+            events = [
+                started,
+                ToolCallStartEvent(tool_call_id="task-1", tool_call_name="task"),
+                ToolCallArgsEvent(tool_call_id="task-1", delta='{"brief": "plan"}'),
+                ToolCallEndEvent(tool_call_id="task-1"),
+                SubagentStartedEvent(
+                    subagent_run_id="planner-1",
+                    name="planner",
+                    description="Plans the work",
+                    parent_tool_call_id="task-1",
+                ),
+                *_text("pm1", "Two tasks: ", "scope, then risks.", subagent="planner-1"),
+                SubagentStartedEvent(
+                    subagent_run_id="estimator-1",
+                    name="estimator",
+                    parent_subagent_run_id="planner-1",
+                ),
+                ReasoningStartEvent(message_id="er1", subagent_run_id="estimator-1"),
+                ReasoningMessageStartEvent(
+                    message_id="er1", role="reasoning", subagent_run_id="estimator-1"
+                ),
+                ReasoningMessageContentEvent(
+                    message_id="er1", delta="Count the tasks.", subagent_run_id="estimator-1"
+                ),
+                ReasoningMessageEndEvent(message_id="er1", subagent_run_id="estimator-1"),
+                ReasoningEndEvent(message_id="er1", subagent_run_id="estimator-1"),
+                ToolCallStartEvent(
+                    tool_call_id="est-call",
+                    tool_call_name="clock",
+                    subagent_run_id="estimator-1",
+                ),
+                ToolCallEndEvent(tool_call_id="est-call", subagent_run_id="estimator-1"),
+                ToolCallResultEvent(
+                    message_id="est-res",
+                    tool_call_id="est-call",
+                    content="8h",
+                    subagent_run_id="estimator-1",
+                ),
+                *_text("em1", "About a day each.", subagent="estimator-1"),
+                SubagentFinishedEvent(subagent_run_id="estimator-1", result={"days": 2}),
+                SubagentFinishedEvent(subagent_run_id="planner-1", result={"tasks": 2}),
+                ToolCallResultEvent(message_id="task-res", tool_call_id="task-1", content="2"),
+                *_text("m1", "Planned: two tasks, two days."),
+                RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id, result="planned"),
+            ]
+        elif scenario == "nested_interrupt":
+            events = self._nested_interrupt(run, started)
         else:  # pragma: no cover - routed only for known scenarios
             raise ValueError(scenario)
         for event in events:
@@ -312,6 +370,37 @@ class Agent:
         return [
             started,
             *_text("m2", f"got: {got}"),
+            RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id, result="approved"),
+        ]
+
+    def _nested_interrupt(self, run: RunAgentInput, started: BaseEvent) -> list[BaseEvent]:
+        announce = SubagentStartedEvent(subagent_run_id="deleter-1", name="deleter")
+        if not run.resume:
+            interrupt = Interrupt(
+                id=INTERRUPT_IDS[0],
+                reason="tool_approval",
+                message="May I delete?",
+                subagent_run_id="deleter-1",
+            )
+            return [
+                started,
+                announce,
+                *_text("dm1", "This cannot be undone. May I?", subagent="deleter-1"),
+                SubagentFinishedEvent(
+                    subagent_run_id="deleter-1",
+                    outcome=SubagentFinishedSuspendedOutcome(interrupt_ids=[INTERRUPT_IDS[0]]),
+                ),
+                RunFinishedEvent(
+                    thread_id=run.thread_id,
+                    run_id=run.run_id,
+                    outcome=RunFinishedInterruptOutcome(interrupts=[interrupt]),
+                ),
+            ]
+        return [
+            started,
+            announce,  # the same id again: a continuation (002)
+            *_text("dm2", "Deleted.", subagent="deleter-1"),
+            SubagentFinishedEvent(subagent_run_id="deleter-1"),
             RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id, result="approved"),
         ]
 

@@ -260,34 +260,87 @@ def test_interrupts_suspend_and_the_resume_run_continues() -> None:
     assert mapper.run_ids == ["r-1", "r-2"] and mapper.run_id == "r-2"
 
 
-def test_remote_subagent_attribution_is_kept_in_raw() -> None:
+def test_remote_subagents_become_the_nested_lifecycle_with_their_attribution() -> None:
     mapper, updates = mapped(
         STARTED,
         {
             "type": "SUBAGENT_STARTED",
             "subagentRunId": "s1",
             "name": "researcher",
+            "description": "Finds sources",
             "parentSubagentRunId": "s0",
             "parentToolCallId": "c0",
+            "parentMessageId": "pm",
         },
-        *text("x", subagentRunId="s1"),
-        {"type": "SUBAGENT_FINISHED", "subagentRunId": "s1", "outcome": {"type": "success"}},
-        {"type": "SUBAGENT_ERROR", "subagentRunId": "s2", "message": "no"},
+        {"type": "TEXT_MESSAGE_START", "messageId": "x", "subagentRunId": "s1"},
+        # A bare continuation: the first writer stays the owner (002).
+        {"type": "TEXT_MESSAGE_CONTENT", "messageId": "x", "delta": "hi"},
+        {"type": "TEXT_MESSAGE_END", "messageId": "x", "subagentRunId": "s1"},
+        {"type": "STEP_STARTED", "stepName": "look", "subagentRunId": "s1"},
+        {
+            "type": "SUBAGENT_FINISHED",
+            "subagentRunId": "s1",
+            "result": {"n": 1},
+            "outcome": {"type": "suspended", "interruptIds": ["i1"]},
+        },
+        {"type": "SUBAGENT_ERROR", "subagentRunId": "s2", "message": "no", "code": "E"},
+        {"type": "SUBAGENT_FINISHED", "subagentRunId": "s3"},
     )
     assert mapper.error is None
-    assert [u.raw for u in updates if u.kind.startswith("subagent.text")] == [
-        {"subagentRunId": "s1"}
-    ] * 3
-    custom = [(u.name, u.raw) for u in updates if u.kind == Kind.CUSTOM]
-    assert [name for name, _ in custom] == [
-        "agui.subagent_started",
-        "agui.subagent_finished",
-        "agui.subagent_error",
+    assert [u.kind for u in updates[1:]] == [
+        Kind.NESTED_STARTED,
+        Kind.TEXT_START,
+        Kind.TEXT_DELTA,
+        Kind.TEXT_END,
+        Kind.STATUS,
+        Kind.NESTED_FINISHED,
+        Kind.NESTED_FAILED,
+        Kind.NESTED_FINISHED,
     ]
-    assert custom[0][1] is not None
-    assert custom[0][1]["parentSubagentRunId"] == "s0"
-    assert custom[0][1]["parentToolCallId"] == "c0"
+    started = updates[1]
+    assert (started.subagent_id, started.parent_subagent_id) == ("s1", "s0")
+    assert (started.name, started.text) == ("researcher", "Finds sources")
+    assert (started.tool_call_id, started.message_id) == ("c0", "pm")
+    assert {u.subagent_id for u in updates[2:6]} == {"s1"}
+    assert all(u.raw is None or "subagentRunId" not in u.raw for u in updates)
+    suspended = updates[6]
+    assert (suspended.status, suspended.text) == ("suspended", '{"n":1}')
+    assert suspended.raw == {"interruptIds": ["i1"], "result": {"n": 1}}
+    failed = updates[7]
+    assert failed.subagent_id == "s2" and failed.error is not None
+    assert failed.error.message == "no" and failed.error.metadata == {"remote_code": "E"}
+    assert (updates[8].subagent_id, updates[8].status) == ("s3", "completed")
     assert mapper.remote_subagents["s1"]["name"] == "researcher"
+
+
+def test_messages_closed_by_the_run_end_keep_their_owner() -> None:
+    _, updates = mapped(
+        STARTED,
+        {"type": "SUBAGENT_STARTED", "subagentRunId": "s1", "name": "r"},
+        {"type": "TEXT_MESSAGE_START", "messageId": "x", "subagentRunId": "s1"},
+        {"type": "TOOL_CALL_START", "toolCallId": "c", "toolCallName": "t", "subagentRunId": "s1"},
+        {"type": "RUN_FINISHED", "threadId": "t-1", "runId": "r-1"},
+    )
+    closes = [u for u in updates if u.kind in (Kind.TEXT_END, Kind.TOOL_CALL_END)]
+    assert [(u.kind, u.subagent_id) for u in closes] == [
+        (Kind.TOOL_CALL_END, "s1"),
+        (Kind.TEXT_END, "s1"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "SUBAGENT_STARTED", "name": "r"},
+        {"type": "SUBAGENT_STARTED", "subagentRunId": "s", "name": "r", "parentSubagentRunId": 3},
+        {"type": "SUBAGENT_FINISHED", "subagentRunId": "s", "outcome": "done"},
+        {"type": "TEXT_MESSAGE_START", "messageId": "m", "subagentRunId": ""},
+    ],
+)
+def test_malformed_subagent_fields_are_malformed(event: dict[str, Any]) -> None:
+    mapper, _ = mapped(STARTED, event)
+    assert mapper.error is not None
+    assert mapper.error.code == ErrorCode.MALFORMED_REMOTE_PAYLOAD
 
 
 def test_large_payloads_are_replaced_by_a_marker() -> None:

@@ -562,6 +562,10 @@ def test_parent_status_fold_uses_the_run_level_marker_kind() -> None:
         pytest.param(lambda: status(2, "input_required", text="step 1"), id="other-status"),
         pytest.param(lambda: status(2, "working", text="step 2"), id="other-text"),
         pytest.param(lambda: status(2, "working", delegation="d2", text="step 1"), id="other-d"),
+        pytest.param(
+            lambda: entry(Kind.STATUS, 2, "d1", status="working", text="step 1", nested_id="d1/a"),
+            id="other-nested-subagent",
+        ),
     ],
 )
 def test_a_different_status_is_not_folded(second) -> None:
