@@ -2,7 +2,7 @@
 
 This module only parses arguments and dispatches; each job lives in its own module
 (`web.demo`, `web.serve`, `web.a2a_serve`, `web.check_stream`, `web.bench`, `web.bench_a2a`,
-`web.bench_mcp`). A later issue adds `soak` here.
+`web.bench_mcp`, `web.bench_scale`). A later issue adds `soak` here.
 """
 
 from __future__ import annotations
@@ -171,6 +171,36 @@ def _parser() -> argparse.ArgumentParser:
     sse.add_argument("--rate", type=float, default=5_000, help="text deltas/s, all delegations")
     sse.add_argument("--seconds", type=float, default=3.0, help="how long the delegations stream")
     sse.add_argument("--repeat", type=int, default=3, help="throughput runs (median kept)")
+    scale = bench_sub.add_parser(
+        "scale",
+        help="memory per delegation and viewer; the whole path as delegations grow; cancel cascade",
+    )
+    scale.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes, one run per step (a smoke run, well under a minute)",
+    )
+    scale.add_argument(
+        "--sizes", help="comma-separated delegation counts for memory (default: 100,1000,5000)"
+    )
+    scale.add_argument(
+        "--steps",
+        help="comma-separated delegation counts for the whole path (default: 1,10,100,1000)",
+    )
+    scale.add_argument(
+        "--cascade", help="comma-separated delegation counts to cancel at once (default: 100,1000)"
+    )
+    scale.add_argument("--chunks", type=int, help="text chunks per delegation (default: 100)")
+    scale.add_argument(
+        "--repeat", type=int, help="runs per path step and cascade (default: 3; --quick: 1)"
+    )
+    scale.add_argument(
+        "--plot",
+        metavar="FILE",
+        help="the PNG of cost against delegations (default: the temp dir's "
+        "subagent-engine-bench-scale.png)",
+    )
+    scale.add_argument("--no-plot", action="store_true", help="write no PNG")
     return parser
 
 
@@ -227,7 +257,34 @@ def main(argv: Sequence[str] | None = None) -> int:
             seconds=args.seconds,
             repeat=args.repeat,
         )
+    if args.command == "bench" and args.bench == "scale":
+        return _bench_scale(args)
     raise AssertionError(f"unhandled command {args.command!r}")
+
+
+def _bench_scale(args: argparse.Namespace) -> int:
+    from web import bench_scale as scale
+
+    def counts(raw: str | None, full: tuple[int, ...], quick: tuple[int, ...]) -> list[int]:
+        if raw is None:
+            return list(quick if args.quick else full)
+        return [int(c) for c in raw.split(",") if c.strip()]
+
+    chunks = args.chunks
+    if chunks is None:
+        chunks = scale.QUICK_CHUNKS if args.quick else scale.CHUNKS
+    repeat = args.repeat
+    if repeat is None:
+        repeat = 1 if args.quick else 3
+    return scale.bench_scale(
+        sizes=counts(args.sizes, scale.SIZES, scale.QUICK_SIZES),
+        steps=counts(args.steps, scale.STEPS, scale.QUICK_STEPS),
+        cascade=counts(args.cascade, scale.CASCADE, scale.QUICK_CASCADE),
+        chunks=chunks,
+        repeat=repeat,
+        short_step_runs=1 if args.quick else scale.SHORT_STEP_RUNS,
+        plot=None if args.no_plot else (args.plot or scale.PLOT_DEFAULT),
+    )
 
 
 def _demo(args: argparse.Namespace) -> int:
