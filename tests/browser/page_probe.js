@@ -8,7 +8,7 @@
 //                            statuses [[t, state, text], ...] each time the status changes,
 //                            cardStates {card id: [[t, state], ...]} each time a card's changes.
 //   window.__probe.view()    what the page shows: status, tool calls, subagent cards (with their
-//                            input requests), messages.
+//                            input requests and notes), messages.
 (() => {
   const timeline = {
     start: performance.now(),
@@ -93,6 +93,10 @@
           card.parentElement?.closest("details.subagent")?.dataset.subagentRunId ?? null,
         toolCalls: [...card.querySelectorAll(":scope > .sa-body > .sa-items > .tool-call")].map(
           (call) => call.dataset.toolCallId,
+        ),
+        // Its notes (drop and fold markers), in order.
+        notes: [...card.querySelectorAll(":scope > .sa-body > .sa-items > .note")].map(
+          (note) => note.textContent,
         ),
         // Its input requests: the question, whether the answer form is there, what it says.
         inputs: [...card.querySelectorAll(":scope > .sa-body > .sa-items > .sa-input")].map(

@@ -1,34 +1,62 @@
 """`subagent-engine serve` on embedded defaults, paced for a browser to watch (tests only).
 
     python -m tests.browser.serve_demo [--pause SECONDS] [--replay-window EVENTS] [--asking]
+                                       [--side-by-side A2A_CARD_URL]
 
 The same composition as `web.serve` (the two in-process demo agents, the scripted parent over the
 real MCP endpoint, the default wire encoder, the packaged page loaded the way `serve` loads it),
 except that the demo agents pause `--pause` seconds between chunks so that a run lasts long
 enough to click Stop or force a reconnect in the middle of it, and `--replay-window` can shrink
 the journal's replay window so that a late viewer gets a gap marker, and `--asking` swaps the
-research agent for one that asks the viewer a question (`asking_agents`). Binds 127.0.0.1 on an
-ephemeral port, prints `READY <port>` once it listens, and exits when its stdin closes.
+research agent for one that asks the viewer a question (`asking_agents`).
+
+`--side-by-side CARD_URL` serves issue 7's composition instead: the parent's one `Delegate` step
+calls two remote agents at once, `team`, a remote AG-UI agent, and `solo`, the remote A2A agent
+whose card is at CARD_URL (the tests start `a2a-serve --parent scripted --script research`). The
+AG-UI agent is this project's own bundled server (an engine as the remote of another engine),
+served in this process on another ephemeral port with the scripted parent and the demo agents
+(paced by `--pause`): its run's own delegations, research and review, are subagents of `team`,
+two levels below the page's parent.
+
+Binds 127.0.0.1 on an ephemeral port, prints `READY <port>` once it listens, and exits when its
+stdin closes.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 import trio
 
 from adapters.inprocess import InProcessTarget, LocalTask
-from adapters.parents import ScriptedParent
+from adapters.parents import Answer, Delegate, Say, ScriptedParent
 from engine import AgentSpec, DelegationPolicy, InputRequiredMode
-from web.config import parse_config
+from web.config import HostConfig, parse_config
 from web.demo import demo_agents
 from web.serve import _page
-from web.server import create_app, default_encoder_factory, open_host, serve_app
+from web.server import ParentAgent, create_app, default_encoder_factory, open_host, serve_app
 
 QUESTION = "Which year?"
 BEFORE_ASKING = "I need one detail first."
+
+#: `--side-by-side`: the two remote agents' names, and the parent's script calling both at once.
+TEAM_NAME = "Team over AG-UI"
+SOLO_NAME = "Researcher over A2A"
+SIDE_BY_SIDE_SCRIPT = (
+    Say(("Asking a remote AG-UI team ", "and a remote A2A researcher ", "at the same time.")),
+    Delegate(
+        (
+            {"agent": "team", "objective": "{prompt}"},
+            {"agent": "solo", "objective": "Research: {prompt}"},
+        )
+    ),
+    Answer(),
+)
 
 
 def asking_agents(pause: float) -> list[AgentSpec]:
@@ -58,14 +86,69 @@ def asking_agents(pause: float) -> list[AgentSpec]:
     return [asking_research, review]
 
 
-async def serve(pause: float, replay_window: int | None, asking: bool) -> None:
+@asynccontextmanager
+async def inner_server(pause: float) -> AsyncIterator[str]:
+    """This project's bundled server (the scripted parent, the demo agents paced by `pause`) on
+    127.0.0.1: a remote AG-UI agent at `<yielded base URL>/agui`."""
+    config = parse_config("", "<inner AG-UI server>")
+    async with (
+        open_host(config, demo_agents(pause=pause), ScriptedParent) as (host, _),
+        serve_app(create_app(host, config, default_encoder_factory())) as base,
+    ):
+        yield base
+
+
+def side_by_side_config(agui_url: str, card_url: str) -> str:
+    """The host configuration of `--side-by-side`: an AG-UI agent and an A2A agent."""
+    return f"""
+[[agents]]
+key = "team"
+protocol = "agui"
+url = {json.dumps(agui_url)}
+display_name = {json.dumps(TEAM_NAME)}
+description = "An engine served over AG-UI, with subagents of its own."
+
+[[agents]]
+key = "solo"
+protocol = "a2a"
+card_url = {json.dumps(card_url)}
+display_name = {json.dumps(SOLO_NAME)}
+description = "A scripted A2A agent."
+"""
+
+
+@asynccontextmanager
+async def composition(
+    pause: float, replay_window: int | None, asking: bool, side_by_side: str | None
+) -> AsyncIterator[tuple[HostConfig, list[AgentSpec], Callable[[], ParentAgent]]]:
+    """The page server's host configuration, agents and parent, for the options given."""
+    limits = f"[limits]\nreplay_window_events = {replay_window}\n" if replay_window else ""
+    if side_by_side is None:
+        agents = asking_agents(pause) if asking else demo_agents(pause=pause)
+        yield parse_config(limits, "<browser tests>"), agents, ScriptedParent
+        return
+    async with inner_server(pause) as inner:
+        config = parse_config(
+            limits + side_by_side_config(f"{inner}/agui", side_by_side), "<browser tests>"
+        )
+        agents = config.agent_specs()
+        try:
+            yield config, agents, lambda: ScriptedParent(SIDE_BY_SIDE_SCRIPT)
+        finally:
+            for agent in agents:
+                await agent.target.aclose()  # type: ignore[attr-defined]
+
+
+async def serve(
+    pause: float, replay_window: int | None, asking: bool, side_by_side: str | None
+) -> None:
     page = _page()
     if page is None:
         raise SystemExit("web/static/index.html is not packaged with the web package")
-    limits = f"[limits]\nreplay_window_events = {replay_window}\n" if replay_window else ""
-    config = parse_config(limits, "<browser tests>")
-    agents = asking_agents(pause) if asking else demo_agents(pause=pause)
-    async with open_host(config, agents, ScriptedParent) as (host, _):
+    async with (
+        composition(pause, replay_window, asking, side_by_side) as (config, agents, parent),
+        open_host(config, agents, parent) as (host, _),
+    ):
         app = create_app(host, config, default_encoder_factory(), page=page)
         async with serve_app(app, host="127.0.0.1", port=0) as url:
             sys.stdout.write(f"READY {urlsplit(url).port}\n")
@@ -79,8 +162,9 @@ def main() -> None:
     parser.add_argument("--pause", type=float, default=0.2)
     parser.add_argument("--replay-window", type=int, default=None)
     parser.add_argument("--asking", action="store_true")
+    parser.add_argument("--side-by-side", metavar="A2A_CARD_URL", default=None)
     args = parser.parse_args()
-    trio.run(serve, args.pause, args.replay_window, args.asking)
+    trio.run(serve, args.pause, args.replay_window, args.asking, args.side_by_side)
 
 
 if __name__ == "__main__":
