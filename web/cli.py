@@ -2,7 +2,7 @@
 
 This module only parses arguments and dispatches; each job lives in its own module
 (`web.demo`, `web.serve`, `web.a2a_serve`, `web.check_stream`, `web.bench`, `web.bench_a2a`,
-`web.bench_mcp`, `web.bench_scale`). A later issue adds `soak` here.
+`web.bench_mcp`, `web.bench_scale`, `web.soak`).
 """
 
 from __future__ import annotations
@@ -201,6 +201,25 @@ def _parser() -> argparse.ArgumentParser:
         "subagent-engine-bench-scale.png)",
     )
     scale.add_argument("--no-plot", action="store_true", help="write no PNG")
+
+    soak = sub.add_parser(
+        "soak",
+        help="many runs with random remote faults, cancels and reconnecting viewers; "
+        "then account for every event, result and resource",
+    )
+    soak.add_argument("--minutes", type=float, default=None, help="how long (default: 1)")
+    soak.add_argument("--seed", type=int, help="the fault draw's seed (default: random, printed)")
+    soak.add_argument(
+        "--runs",
+        type=int,
+        default=8,
+        metavar="R",
+        help="runs open at once (default: 8)",
+        dest="concurrency",
+    )
+    soak.add_argument(
+        "--total", type=int, help="stop after this many runs instead of after --minutes"
+    )
     return parser
 
 
@@ -259,6 +278,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.command == "bench" and args.bench == "scale":
         return _bench_scale(args)
+    if args.command == "soak":
+        from web.soak import soak_main
+
+        minutes = args.minutes if args.minutes is not None or args.total else 1.0
+        return soak_main(
+            minutes=minutes,
+            seed=args.seed,
+            runs=args.total,
+            concurrency=args.concurrency,
+            out=sys.stdout,
+        )
     raise AssertionError(f"unhandled command {args.command!r}")
 
 

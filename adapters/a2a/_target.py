@@ -324,6 +324,7 @@ class _A2ASession:
         self._emitted = trio.lowlevel.ParkingLot()
         self.task_id: str | None = None
         self.context_id: str | None = task.remote_context_id
+        self._message_sent = False
         #: The validated card this delegation uses (the actor puts it on every result), and the
         #: name it gives the agent (shown when the host gave no display name).
         self.card_fingerprint = target.fingerprint
@@ -410,6 +411,7 @@ class _A2ASession:
             self.context_id = context_id
 
     async def _send(self, parts: Sequence[Part], emit: Emit, doing: str) -> None:
+        self._message_sent = True  # from here on the remote may hold a task we cannot name yet
         try:
             await self._send_once(parts, emit, doing, stream=self.streaming)
         except _StreamingRefused as refused:
@@ -515,7 +517,10 @@ class _A2ASession:
 
     async def cancel(self) -> bool:
         if self.task_id is None:
-            return True  # nothing was accepted remotely
+            # Nothing sent: nothing to cancel. Sent, but cancelled before the remote named its
+            # task: it may be running there, and CancelTask needs its id: not confirmed (the
+            # result says cancel_pending rather than pretending; found by the soak).
+            return not self._message_sent
         client = self._target._client(False, control=True)
         request = CancelTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
         request.metadata.update({**self._metadata(), "reason": "cancelled by the delegating run"})
