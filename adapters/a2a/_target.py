@@ -44,10 +44,9 @@ from a2a.utils.errors import A2AError, TaskNotFoundError, UnsupportedOperationEr
 from google.protobuf.json_format import ParseError
 
 from adapters._remote_http import (
-    OriginBoundAuth,
     credential_secrets,
+    http_pools,
     identity_headers,
-    origin,
 )
 from adapters.a2a._card import CardInfo, validate_card
 from adapters.a2a._mapping import A2AEventMapper
@@ -142,22 +141,15 @@ class A2ATarget:
     def __init__(self, config: A2AAgentConfig, *, http: httpx.AsyncClient | None = None) -> None:
         self.config = config
         self._redactor = Redactor(config.secrets)
-        origins = frozenset({origin(config.card_url), *(origin(o) for o in config.trusted_origins)})
-        auth = OriginBoundAuth(config.auth_header, origins) if config.auth_header else None
         self._owns_http = http is None
-
-        def new_http() -> httpx.AsyncClient:
-            return httpx.AsyncClient(
-                timeout=httpx.Timeout(config.request_timeout, read=None),
-                headers=dict(config.forward_headers),
-                auth=auth,
-                follow_redirects=False,
-            )
-
-        self._http = http or new_http()
-        # Control calls (CancelTask, GetTask) get their own pool: queued behind a hundred open
-        # SSE connections, a run's cancel cascade took ~30 ms longer (bench a2a).
-        self._control_http = http or new_http()
+        self._http, self._control_http = http_pools(
+            config.card_url,
+            trusted_origins=config.trusted_origins,
+            auth_header=config.auth_header,
+            forward_headers=config.forward_headers,
+            request_timeout=config.request_timeout,
+            http=http,
+        )
         self.card: AgentCard | None = None
         self.card_info: CardInfo | None = None
         self.fingerprint: str | None = None

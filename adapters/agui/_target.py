@@ -33,10 +33,9 @@ import trio
 from ag_ui.core import PROTOCOL_VERSION, Context, ResumeEntry, RunAgentInput, UserMessage
 
 from adapters._remote_http import (
-    OriginBoundAuth,
     credential_secrets,
+    http_pools,
     identity_headers,
-    origin,
 )
 from adapters.agui._remote import MAX_FRAME_BYTES, AguiRemoteMapper
 from engine import (
@@ -109,21 +108,15 @@ class AguiTarget:
     def __init__(self, config: AguiAgentConfig, *, http: httpx.AsyncClient | None = None) -> None:
         self.config = config
         self._redactor = Redactor(config.secrets)
-        origins = frozenset({origin(config.url), *(origin(o) for o in config.trusted_origins)})
-        auth = OriginBoundAuth(config.auth_header, origins) if config.auth_header else None
         self._owns_http = http is None
-
-        def new_http() -> httpx.AsyncClient:
-            return httpx.AsyncClient(
-                timeout=httpx.Timeout(config.request_timeout, read=None),
-                headers=dict(config.forward_headers),
-                auth=auth,
-                follow_redirects=False,
-            )
-
-        self._http = http or new_http()
-        # Stops get their own pool, so they never queue behind open streams.
-        self._control_http = http or new_http()
+        self._http, self._control_http = http_pools(
+            config.url,
+            trusted_origins=config.trusted_origins,
+            auth_header=config.auth_header,
+            forward_headers=config.forward_headers,
+            request_timeout=config.request_timeout,
+            http=http,
+        )
 
     @property
     def secrets(self) -> tuple[str, ...]:
