@@ -33,7 +33,19 @@ import trio.testing
 
 from engine import DelegationEvent, JournalEntry, Kind, RunJournal
 
-__all__ = ["bench_journal", "build_event_mix"]
+__all__ = ["bench_journal", "build_event_mix", "percentile"]
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (inclusive): defined for one value too; NaN
+    for none. The benches' one percentile (bench sse keeps its nearest-rank definition)."""
+    ordered = sorted(values)
+    if not ordered:
+        return math.nan
+    k = (len(ordered) - 1) * q
+    low, high = math.floor(k), math.ceil(k)
+    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
+
 
 #: Events per `append_entries` call and per bare-channel send burst: what a run actor has ready.
 BATCH: Final = 256

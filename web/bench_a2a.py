@@ -66,6 +66,7 @@ from engine import (
 )
 from web._child_process import read_ready_port, stop_process_group
 from web._raw_http import read_request, respond_json
+from web.bench import percentile
 
 __all__ = ["bench_a2a"]
 
@@ -624,16 +625,6 @@ async def _measure(remote: _RemoteProcess, events: int, delegations: int, repeat
 # -- report ----------------------------------------------------------------------------------
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (inclusive): defined for one value too."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    k = (len(ordered) - 1) * q
-    low, high = math.floor(k), math.ceil(k)
-    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f}" if math.isfinite(seconds) else "-"
 
@@ -719,8 +710,8 @@ def _print_cancel(figures: _Figures, delegations: int, repeat: int, out: TextIO)
     ]
     for label, values in rows:
         print(
-            f"{label:<44} {len(values):>8,} {_ms(_percentile(values, 0.5)):>9} "
-            f"{_ms(_percentile(values, 0.99)):>9} {_ms(max(values, default=math.inf)):>9}",
+            f"{label:<44} {len(values):>8,} {_ms(percentile(values, 0.5)):>9} "
+            f"{_ms(percentile(values, 0.99)):>9} {_ms(max(values, default=math.inf)):>9}",
             file=out,
         )
     total = delegations * len(runs)
@@ -748,7 +739,7 @@ def _print_cancel(figures: _Figures, delegations: int, repeat: int, out: TextIO)
                 figures.problems.append(
                     f"FAILED {floor} run {n}: {received_floor}/{delegations} CancelTask received"
                 )
-    p99 = _percentile([r.to_last_cancel for r in runs], 0.99)
+    p99 = percentile([r.to_last_cancel for r in runs], 0.99)
     verdict = "MET" if p99 < GOAL_CANCEL_P99_MS / 1000 else "NOT MET"
     print(
         f"goal: run.cancel() -> last CancelTask p99 < {GOAL_CANCEL_P99_MS:g} ms: {verdict} "

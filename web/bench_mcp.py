@@ -84,6 +84,7 @@ from engine import (
     Run,
     Status,
 )
+from web.bench import percentile
 
 __all__ = ["bench_mcp"]
 
@@ -517,24 +518,14 @@ def _endpoint_problems(endpoint: DelegationEndpoint) -> list[str]:
 # -- report ----------------------------------------------------------------------------------
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (inclusive): defined for one value too."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    k = (len(ordered) - 1) * q
-    low, high = math.floor(k), math.ceil(k)
-    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
-
-
 def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f}" if math.isfinite(seconds) else "-"
 
 
 def _latency_row(label: str, values: Sequence[float]) -> str:
     return (
-        f"{label:<52} {len(values):>8,} {_ms(_percentile(values, 0.5)):>8} "
-        f"{_ms(_percentile(values, 0.99)):>8} {_ms(max(values, default=math.nan)):>8}"
+        f"{label:<52} {len(values):>8,} {_ms(percentile(values, 0.5)):>8} "
+        f"{_ms(percentile(values, 0.99)):>8} {_ms(max(values, default=math.nan)):>8}"
     )
 
 
@@ -559,8 +550,8 @@ def _print_round_trip(figures: _Figures, calls: int, repeat: int, out: TextIO) -
     ]
     for label, values in rows:
         print(_latency_row(label, values), file=out)
-    floor_p50 = _percentile(figures.floor, 0.5)
-    endpoint_p50 = _percentile(figures.endpoint, 0.5)
+    floor_p50 = percentile(figures.floor, 0.5)
+    endpoint_p50 = percentile(figures.endpoint, 0.5)
     print(
         f"endpoint over the floor at p50: {_ms(endpoint_p50 - floor_p50)} ms "
         f"({endpoint_p50 / floor_p50:.2f}x); FACTS.md: loopback tools/call p50 ~8-10 ms, "
@@ -599,8 +590,8 @@ def _print_many_runs(figures: _Figures, runs: int, out: TextIO) -> None:
             per_run = grown / runs if many.rss_open_kib else math.nan
             print(
                 f"{f'{side} run {n}':<14} {many.open_seconds:>7.2f} {many.calls_seconds:>8.3f} "
-                f"{rate:>8,.0f} {_ms(_percentile(many.latencies, 0.5)):>8} "
-                f"{_ms(_percentile(many.latencies, 0.99)):>8} "
+                f"{rate:>8,.0f} {_ms(percentile(many.latencies, 0.5)):>8} "
+                f"{_ms(percentile(many.latencies, 0.99)):>8} "
                 f"{_ms(max(many.latencies, default=math.nan)):>8} {len(many.errors):>6} "
                 f"{many.open_runs_seen:>5} {many.open_runs_after:>5} {many.close_seconds:>7.2f} "
                 f"{per_run:>8.0f}",

@@ -96,6 +96,7 @@ from engine import (
     RunJournal,
     Status,
 )
+from web.bench import percentile
 from web.bench_a2a import (
     _FLOORS,
     GOAL_CANCEL_P99_MS,
@@ -861,16 +862,6 @@ async def _measure_remote(
 # -- report --------------------------------------------------------------------------------------
 
 
-def _percentile(values: Sequence[float], q: float) -> float:
-    """Linear interpolation between closest ranks (inclusive): defined for one value too."""
-    ordered = sorted(values)
-    if not ordered:
-        return math.nan
-    k = (len(ordered) - 1) * q
-    low, high = math.floor(k), math.ceil(k)
-    return ordered[low] + (ordered[high] - ordered[low]) * (k - low)
-
-
 def _us_per_chunk(seconds: float, chunks: int) -> float:
     return seconds / chunks * 1e6 if chunks else math.nan
 
@@ -929,8 +920,8 @@ def _print_path(
             f"{d:>11,} {len(step.engine):>4} {total:>8,} {total / step.raw_seconds:>10,.0f} "
             f"{total / step.bare_seconds:>9,.0f} {step.engine_seconds:>9.3f} "
             f"{total / step.engine_seconds:>8,.0f} {engine_us:>6.1f} "
-            f"{step.bare_seconds / step.engine_seconds:>6.2f}x {_percentile(ms, 0.5):>7.2f} "
-            f"{_percentile(ms, 0.99):>7.2f} {max(ms, default=math.nan):>7.2f} "
+            f"{step.bare_seconds / step.engine_seconds:>6.2f}x {percentile(ms, 0.5):>7.2f} "
+            f"{percentile(ms, 0.99):>7.2f} {max(ms, default=math.nan):>7.2f} "
             f"{last.entries if last else 0:>8,} "
             f"{f'{last.texts_complete if last else 0:,}/{d:,}':>11}",
             file=out,
@@ -991,17 +982,17 @@ def _print_cascade(figures: _Figures, repeat: int, out: TextIO) -> None:
     print("-" * len(header), file=out)
     for n, runs in figures.cancels.items():
         floors = [
-            _percentile([s for s, _ in figures.floors[n][floor]], 0.5) * 1000 for floor in _FLOORS
+            percentile([s for s, _ in figures.floors[n][floor]], 0.5) * 1000 for floor in _FLOORS
         ]
         last = [r.to_last_cancel for r in runs]
         each = [a for r in runs for a in r.arrivals]
         closed = [r.to_closed for r in runs]
         confirmed = sum(r.confirmed for r in runs)
-        p50 = _percentile(last, 0.5) * 1000
+        p50 = percentile(last, 0.5) * 1000
         print(
             f"{n:>11,} {floors[0]:>10.1f} {floors[1]:>9.1f} {floors[2]:>10.1f} {p50:>8.1f} "
-            f"{max(last, default=math.nan) * 1000:>8.1f} {_percentile(each, 0.99) * 1000:>8.1f} "
-            f"{_percentile(closed, 0.5) * 1000:>9.1f} {p50 / n * 100:>7.1f} "
+            f"{max(last, default=math.nan) * 1000:>8.1f} {percentile(each, 0.99) * 1000:>8.1f} "
+            f"{percentile(closed, 0.5) * 1000:>9.1f} {p50 / n * 100:>7.1f} "
             f"{f'{confirmed:,}/{n * len(runs):,}':>11}",
             file=out,
         )
@@ -1025,7 +1016,7 @@ def _print_cascade(figures: _Figures, repeat: int, out: TextIO) -> None:
     )
     if figures.cancels:
         n = max(figures.cancels)
-        p99 = _percentile([r.to_last_cancel for r in figures.cancels[n]], 0.99)
+        p99 = percentile([r.to_last_cancel for r in figures.cancels[n]], 0.99)
         verdict = "MET" if p99 < GOAL_CANCEL_P99_MS / 1000 else "NOT MET"
         print(
             f"goal (bench a2a's, at {n:,} delegations): run.cancel() -> last CancelTask p99 < "
@@ -1065,8 +1056,8 @@ def _plot(figures: _Figures, chunks: int, path: str) -> str:
     cost.set_ylabel("wall time per chunk (us)")
     cost.set_title("cost per chunk (flat = linear growth)")
     cost.legend(fontsize=8)
-    latency.plot(x, [_percentile(m, 0.5) for m in ms], "o-", label="p50")
-    latency.plot(x, [_percentile(m, 0.99) for m in ms], "o-", label="p99")
+    latency.plot(x, [percentile(m, 0.5) for m in ms], "o-", label="p50")
+    latency.plot(x, [percentile(m, 0.99) for m in ms], "o-", label="p99")
     latency.set_yscale("log")
     latency.set_xlabel("concurrent delegations")
     latency.set_ylabel("journal append -> viewer (ms)")
