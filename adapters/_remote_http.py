@@ -1,4 +1,5 @@
-"""What every remote target that speaks HTTP shares: credentials bound to origins, and identity.
+"""What every remote target that speaks HTTP shares: credentials bound to origins, identity, and
+the text a remote agent is given.
 
 This module owns the small rules the A2A and AG-UI targets must apply the same way: a configured
 credential header goes only to the agent's own origin and the origins the host explicitly trusts
@@ -6,7 +7,8 @@ credential header goes only to the agent's own origin and the origins the host e
 the values to redact for a credential are the header value and its token without the scheme
 (`credential_secrets`); and, when the host turns it on, every request says who is asking
 (`identity_headers`: the run's user, the tenant, `x-source`, and the lineage of the delegation),
-like kagent (seed 004). No I/O.
+like kagent (seed 004). `task_text` is what a remote agent is asked, whatever its protocol. No
+I/O.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = [
     "http_pools",
     "identity_headers",
     "origin",
+    "task_text",
 ]
 
 
@@ -98,3 +101,18 @@ def identity_headers(task: DelegationTask, tenant: str | None) -> dict[str, str]
         "x-delegation-id": task.delegation_id,
     }
     return {name: str(value) for name, value in headers.items() if value}
+
+
+def task_text(task: DelegationTask) -> str:
+    """The remote's user message: the objective, then the prompt, context and artifact
+    references (by name and URI, never their content)."""
+    request = task.request
+    sections = [request.objective]
+    if request.prompt:
+        sections.append(request.prompt)
+    if request.context:
+        sections.append(f"Context:\n{request.context}")
+    if request.artifacts:
+        refs = "\n".join(f"- {a.name or ''} {a.uri or ''}".rstrip() for a in request.artifacts)
+        sections.append(f"Artifacts:\n{refs}")
+    return "\n\n".join(sections)

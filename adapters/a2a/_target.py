@@ -47,6 +47,7 @@ from adapters._remote_http import (
     credential_secrets,
     http_pools,
     identity_headers,
+    task_text,
 )
 from adapters.a2a._card import CardInfo, validate_card
 from adapters.a2a._mapping import A2AEventMapper
@@ -287,19 +288,6 @@ def _is_transport_error(exc: BaseException) -> bool:
     return "network" in str(exc).lower() or "connection" in str(exc).lower()
 
 
-def _render_prompt(task: DelegationTask) -> str:
-    request = task.request
-    sections = [request.objective]
-    if request.prompt:
-        sections.append(request.prompt)
-    if request.context:
-        sections.append(f"Context:\n{request.context}")
-    if request.artifacts:
-        refs = "\n".join(f"- {a.name or ''} {a.uri or ''}".rstrip() for a in request.artifacts)
-        sections.append(f"Artifacts:\n{refs}")
-    return "\n\n".join(sections)
-
-
 class _A2ASession:
     def __init__(self, target: A2ATarget, task: DelegationTask, nursery: trio.Nursery) -> None:
         self._target = target
@@ -457,7 +445,7 @@ class _A2ASession:
             raise error from None
 
     async def start(self, emit: Emit) -> None:
-        await self._send([Part(text=_render_prompt(self._task))], emit, "sending the task")
+        await self._send([Part(text=task_text(self._task))], emit, "sending the task")
 
     async def resubscribe(self, emit: Emit) -> None:
         if self.task_id is None:

@@ -36,6 +36,7 @@ from adapters._remote_http import (
     credential_secrets,
     http_pools,
     identity_headers,
+    task_text,
 )
 from adapters.agui._remote import MAX_FRAME_BYTES, AguiRemoteMapper
 from engine import (
@@ -148,20 +149,6 @@ class AguiTarget:
         )
 
 
-def _render_prompt(task: DelegationTask) -> str:
-    """The user message: the objective, then the prompt, context and artifact references."""
-    request = task.request
-    sections = [request.objective]
-    if request.prompt:
-        sections.append(request.prompt)
-    if request.context:
-        sections.append(f"Context:\n{request.context}")
-    if request.artifacts:
-        refs = "\n".join(f"- {a.name or ''} {a.uri or ''}".rstrip() for a in request.artifacts)
-        sections.append(f"Artifacts:\n{refs}")
-    return "\n\n".join(sections)
-
-
 class _AguiSession:
     """One delegation: one remote run, plus one resume run per answered interrupt."""
 
@@ -176,7 +163,7 @@ class _AguiSession:
         self.card_fingerprint: str | None = None  # AG-UI agents have no card
         self.streaming = True
         self._user_message = UserMessage(
-            id=f"msg-{uuid.uuid4().hex}", role="user", content=_render_prompt(task)
+            id=f"msg-{uuid.uuid4().hex}", role="user", content=task_text(task)
         )
         # The conversation so far, sent again with a resume run as the official client does:
         # the user message and the remote's finished assistant messages.
