@@ -42,13 +42,13 @@ from adapters.parents._process import (
     TOKEN_ENV,
     CliConfig,
     CliParent,
+    JsonLinesParser,
     ParentEvent,
     ParentOutcome,
     Verdict,
     child_environment,
     clip,
     drive_parent,
-    raw_event,
 )
 from engine import Kind, Run
 
@@ -139,7 +139,7 @@ class _Block:
         self.confirmed = False  # a full `assistant` line repeated it
 
 
-class ClaudeStreamParser:
+class ClaudeStreamParser(JsonLinesParser):
     """Claude Code stream-json lines -> parent events. Sans-IO; see the module docs.
 
     `server_name` is the run's MCP server as named in `--mcp-config`: its status in the init
@@ -149,13 +149,12 @@ class ClaudeStreamParser:
     prefix = PREFIX
 
     def __init__(self, server_name: str | None = None) -> None:
+        super().__init__()
         self.server_name = server_name
         self.session_id: str | None = None
         self.model: str | None = None
         self.mcp_servers: dict[str, str] = {}
         self.result: dict[str, Any] | None = None
-        self.lines = 0
-        self.raw_lines = 0
         self._fatal: str | None = None
         self._message: str | None = None  # the message being streamed
         self._blocks: dict[int, _Block] = {}  # its content blocks by index
@@ -172,17 +171,7 @@ class ClaudeStreamParser:
     def fatal(self) -> str | None:
         return self._fatal
 
-    def feed(self, line: str) -> list[ParentEvent]:
-        line = line.strip()
-        if not line:
-            return []
-        self.lines += 1
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):
-            return self._raw("bad_json", line)
-        if not isinstance(obj, dict):
-            return self._raw("not_an_object", line)
+    def _object(self, obj: dict[str, Any], line: str) -> list[ParentEvent]:
         kind = obj.get("type")
         if obj.get("parent_tool_use_id") and kind in ("assistant", "user", "stream_event"):
             return self._sidechain(obj, kind)
@@ -222,13 +211,6 @@ class ClaudeStreamParser:
         return Verdict(ok=True, text=text, usage=usage, session_id=session)
 
     # -- line types -------------------------------------------------------------------------
-
-    def _raw(self, reason: str, line: str, **more: Any) -> list[ParentEvent]:
-        self.raw_lines += 1
-        return [raw_event(PREFIX, reason, line, **more)]
-
-    def _custom(self, name: str, raw: dict[str, Any]) -> ParentEvent:
-        return ParentEvent(Kind.PARENT_CUSTOM, {"name": f"{PREFIX}.{name}", "raw": raw})
 
     def _system(self, obj: dict[str, Any]) -> list[ParentEvent]:
         subtype = _str(obj.get("subtype"))

@@ -46,13 +46,13 @@ from adapters.parents._process import (
     TOKEN_ENV,
     CliConfig,
     CliParent,
+    JsonLinesParser,
     ParentEvent,
     ParentOutcome,
     Verdict,
     child_environment,
     clip,
     drive_parent,
-    raw_event,
 )
 from engine import Kind, Run
 
@@ -108,20 +108,19 @@ class _Item:
         self.closed = False
 
 
-class CodexJsonlParser:
+class CodexJsonlParser(JsonLinesParser):
     """`codex exec --json` lines -> parent events. Sans-IO; see the module docs."""
 
     prefix = PREFIX
 
     def __init__(self) -> None:
+        super().__init__()
         self.thread_id: str | None = None
         self.usage: dict[str, Any] | None = None
         self.turn_completed = False
         self.turn_failure: str | None = None
         self.last_error: str | None = None
         self.final_text: str | None = None
-        self.lines = 0
-        self.raw_lines = 0
         self._items: OrderedDict[str, _Item] = OrderedDict()
         self._incarnations: dict[str, int] = {}  # item ids reused for another item type
 
@@ -129,17 +128,7 @@ class CodexJsonlParser:
     def fatal(self) -> str | None:
         return None  # Codex ends its process itself after a failed turn
 
-    def feed(self, line: str) -> list[ParentEvent]:
-        line = line.strip()
-        if not line:
-            return []
-        self.lines += 1
-        try:
-            obj = json.loads(line)
-        except (ValueError, RecursionError):
-            return self._raw("bad_json", line)
-        if not isinstance(obj, dict):
-            return self._raw("not_an_object", line)
+    def _object(self, obj: dict[str, Any], line: str) -> list[ParentEvent]:
         kind = obj.get("type")
         if kind in ("item.started", "item.updated", "item.completed"):
             item = obj.get("item")
@@ -193,13 +182,6 @@ class CodexJsonlParser:
         return Verdict(ok=True, text=self.final_text, usage=self.usage, session_id=self.thread_id)
 
     # -- helpers ----------------------------------------------------------------------------
-
-    def _raw(self, reason: str, line: str, **more: Any) -> list[ParentEvent]:
-        self.raw_lines += 1
-        return [raw_event(PREFIX, reason, line, **more)]
-
-    def _custom(self, name: str, raw: dict[str, Any]) -> ParentEvent:
-        return ParentEvent(Kind.PARENT_CUSTOM, {"name": f"{PREFIX}.{name}", "raw": raw})
 
     def _close_items(self) -> list[ParentEvent]:
         out: list[ParentEvent] = []

@@ -27,6 +27,7 @@ produces.
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -44,6 +45,7 @@ from engine import Kind, Run, RunEndpoint
 __all__ = [
     "DEFAULT_INHERITED_ENV",
     "CliParent",
+    "JsonLinesParser",
     "TOKEN_ENV",
     "CliConfig",
     "LineSplitter",
@@ -166,6 +168,42 @@ def raw_event(prefix: str, reason: str, line: str, **more: Any) -> ParentEvent:
         Kind.PARENT_CUSTOM,
         {"name": f"{prefix}.raw", "raw": {"reason": reason, "line": clip(line), **more}},
     )
+
+
+class JsonLinesParser:
+    """What both CLI parsers share: one JSON object per stdout line. Blank lines are skipped; a
+    line that is not JSON, or not an object, becomes a `<prefix>.raw` event; `_object` maps the
+    rest (subclasses: `ClaudeStreamParser`, `CodexJsonlParser`). `lines` and `raw_lines` count
+    what was seen and what could not be mapped."""
+
+    prefix = "cli"
+
+    def __init__(self) -> None:
+        self.lines = 0
+        self.raw_lines = 0
+
+    def feed(self, line: str) -> list[ParentEvent]:
+        line = line.strip()
+        if not line:
+            return []
+        self.lines += 1
+        try:
+            obj = json.loads(line)
+        except (ValueError, RecursionError):
+            return self._raw("bad_json", line)
+        if not isinstance(obj, dict):
+            return self._raw("not_an_object", line)
+        return self._object(obj, line)
+
+    def _object(self, obj: dict[str, Any], line: str) -> list[ParentEvent]:
+        raise NotImplementedError
+
+    def _raw(self, reason: str, line: str, **more: Any) -> list[ParentEvent]:
+        self.raw_lines += 1
+        return [raw_event(self.prefix, reason, line, **more)]
+
+    def _custom(self, name: str, raw: dict[str, Any]) -> ParentEvent:
+        return ParentEvent(Kind.PARENT_CUSTOM, {"name": f"{self.prefix}.{name}", "raw": raw})
 
 
 class LineSplitter:
