@@ -223,6 +223,7 @@ class _Delegation:
     parent_tool_call_id: str | None
     parent_subagent: str | None
     identity: DelegationEvent  # its first event: the identity a synthesized terminal copies
+    #                            (`_FORGOTTEN` once it ended: nothing copies it any more)
     interrupt: str | None = None  # the input request it is waiting on, if any
     root: str = ""
 
@@ -264,8 +265,15 @@ class AguiStreamEncoder:
         self._texts: dict[str, _Entity] = {}  # open text messages by wire id
         self._reasoning: dict[str, _Entity] = {}  # open reasoning messages by wire id
         self._calls: dict[str, _Entity] = {}  # every tool call seen, by wire id
-        self._delegations: dict[str, _Delegation] = {}
+        self._delegations: dict[str, _Delegation] = {}  # every subagent seen, by id
+        #: The open ones, in the order they opened: what closing and holding results look at,
+        #: so a run's thousandth subagent costs no more than its first.
+        self._open_subagents: dict[str, _Delegation] = {}
+        #: Wire ids of the tool calls each producer (subagent id; None: the parent) opened.
+        self._calls_of: dict[str | None, list[str]] = {}
         self._held: list[tuple[str, dict[str, Any]]] = []  # (tool call id, TOOL_CALL_RESULT)
+        #: `_fast_target`'s answers since the generic path last ran.
+        self._fast_known: dict[tuple[Any, ...], tuple[str, str | None]] = {}
 
     # -- the StreamEncoder protocol --------------------------------------------------------
 
@@ -288,6 +296,8 @@ class AguiStreamEncoder:
 
     def translate(self, entry: JournalEntry) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
+        if self._fast_known:
+            self._fast_known.clear()  # what the generic path changes, `_fast_target` rechecks
         try:
             self._translate(entry.event, out)
         except Exception:
@@ -310,41 +320,55 @@ class AguiStreamEncoder:
             return self.feed(entries[0])
         parts: list[bytes] = []
         run: dict[tuple[str, str | None], list[str]] = {}
-        run_cursor = 0
         run_entries: list[JournalEntry] = []
+        known_get = self._fast_known.get  # the same dict all along (cleared, never replaced)
         for entry in entries:
             event = entry.event
-            target = self._fast_target(event)
-            if target is not None:
-                wire_id, tag, delta = target
-                pieces = run.get((wire_id, tag))
-                if pieces is None:
-                    run[(wire_id, tag)] = [delta]
-                else:
-                    pieces.append(delta)
-                run_entries.append(entry)
-                cursor = entry.cursor
-                if isinstance(cursor, int) and cursor > run_cursor:
-                    run_cursor = cursor
-                continue
+            # `_fast_target`, its remembered case inlined: this loop sees every delta.
+            try:
+                known = known_get(
+                    (event.kind, event.delegation_id, event.nested_id, event.message_id)
+                )
+            except TypeError:
+                known = None
+            if known is not None:
+                delta = event.delta if event.delta is not None else event.text
+                if type(delta) is str and delta:
+                    pieces = run.get(known)
+                    if pieces is None:
+                        run[known] = [delta]
+                    else:
+                        pieces.append(delta)
+                    run_entries.append(entry)
+                    continue
+            else:
+                target = self._fast_target(event)
+                if target is not None:
+                    key = (target[0], target[1])
+                    pieces = run.get(key)
+                    if pieces is None:
+                        run[key] = [target[2]]
+                    else:
+                        pieces.append(target[2])
+                    run_entries.append(entry)
+                    continue
             if run:
-                parts.append(self._merged(run, run_cursor, run_entries))
+                parts.append(self._merged(run, run_entries))
                 run = {}
-                run_cursor = 0
                 run_entries = []
             parts.append(self.feed(entry))
         if run:
-            parts.append(self._merged(run, run_cursor, run_entries))
+            parts.append(self._merged(run, run_entries))
         return b"".join(parts)
 
     def _merged(
-        self,
-        run: dict[tuple[str, str | None], list[str]],
-        cursor: int,
-        entries: list[JournalEntry],
+        self, run: dict[tuple[str, str | None], list[str]], entries: list[JournalEntry]
     ) -> bytes:
         if len(entries) == 1:
             return self.feed(entries[0])
+        cursor = entries[-1].cursor  # entries come in cursor order: the last is the highest
+        if not isinstance(cursor, int):
+            cursor = 0
         parts = []
         for (wire_id, tag), pieces in run.items():
             data = _content_json(wire_id, tag, "".join(pieces))
@@ -357,8 +381,23 @@ class AguiStreamEncoder:
     def _fast_target(self, event: DelegationEvent) -> tuple[str, str | None, str] | None:
         """(wire id, subagentRunId tag, delta) of a text delta into an already open message:
         the bulk of every stream, written without the generic path; None whenever anything
-        else applies (the same checks as `_translate` -> `_text` for this one case)."""
+        else applies (the same checks as `_translate` -> `_text` for this one case).
+
+        The answer for a (kind, delegation, nested subagent, message) is remembered until the
+        generic path next runs: only it opens, closes or re-tags anything, so in between the
+        same checks give the same answer (the delta itself is checked every time)."""
         kind = event.kind
+        try:
+            known = self._fast_known.get(
+                (kind, event.delegation_id, event.nested_id, event.message_id)
+            )
+        except TypeError:  # an unhashable id: the checks below refuse it
+            known = None
+        if known is not None:
+            delta = event.delta if event.delta is not None else event.text
+            if type(delta) is not str or not delta:
+                return None
+            return known[0], known[1], delta
         if not self._started or self._ended:
             return None
         did = event.delegation_id
@@ -388,6 +427,8 @@ class AguiStreamEncoder:
         delta = event.delta if event.delta is not None else event.text
         if type(delta) is not str or not delta:
             return None
+        if type(event.message_id) is str or event.message_id is None:
+            self._fast_known[(kind, did, event.nested_id, event.message_id)] = (wire_id, tag)
         return wire_id, tag, delta
 
     def _fast_delta(self, event: DelegationEvent) -> bytes | None:
@@ -583,7 +624,7 @@ class AguiStreamEncoder:
             _sub_id(parent.id, event.tool_call_id, "tool-call") if event.tool_call_id else None
         )
         nested = _Delegation(nid, _OPEN, call_id, parent.id, event, root=did)
-        self._delegations[nid] = nested
+        self._delegations[nid] = self._open_subagents[nid] = nested
         call = self._calls.get(call_id) if call_id else None
         if call is not None and call.open:
             # Agents as tools (002), one level down: the call closes, then the subagent runs.
@@ -626,7 +667,7 @@ class AguiStreamEncoder:
             if owner is not None and owner.state == _OPEN:
                 parent_subagent = owner.id
         delegation = _Delegation(did, _OPEN, call_id, parent_subagent, event, root=did)
-        self._delegations[did] = delegation
+        self._delegations[did] = self._open_subagents[did] = delegation
         if call is not None and call.open:
             # Agents as tools (002): the consumer sees the call close, then the subagent.
             call.open = False
@@ -674,7 +715,7 @@ class AguiStreamEncoder:
         """End a subagent: its open nested subagents first (deepest first), then what it left
         open, then its terminal."""
         suspended = event.kind in _FINISHES and event.status in _SUSPENDED_STATUSES
-        for other in reversed(list(self._delegations.values())):
+        for other in reversed(list(self._open_subagents.values())):
             if (
                 other.state == _OPEN
                 and other.nested
@@ -684,6 +725,8 @@ class AguiStreamEncoder:
                 self._close_delegation(other, _closing(other, suspended=suspended), out)
         self._close_entities(delegation.id, out)
         delegation.state = _CLOSED
+        del self._open_subagents[delegation.id]
+        delegation.identity = _FORGOTTEN  # the journal's window may let go of that event
         if self.mode == "attributed":
             if suspended:
                 # A nested subagent owns no interrupt of this run: the delegation's covers all.
@@ -731,16 +774,17 @@ class AguiStreamEncoder:
                 end = {"type": _REASONING_MESSAGE_END, "messageId": wire_id}
                 out.append(_tagged(end, entity.tag))
                 out.append(_tagged({"type": _REASONING_END, "messageId": wire_id}, entity.tag))
-        for wire_id, entity in self._calls.items():
-            if entity.open and (did is None or entity.delegation == did):
+        # Every call when the run ends; otherwise only the calls `did` opened (an ended
+        # producer opens none after).
+        wire_ids = self._calls if did is None else self._calls_of.pop(did, ())
+        for wire_id in wire_ids:
+            entity = self._calls[wire_id]
+            if entity.open:
                 entity.open = False
                 out.append(_tagged({"type": _TOOL_END, "toolCallId": wire_id}, entity.tag))
 
     def _blocked(self, call_id: str) -> bool:
-        return any(
-            d.state == _OPEN and d.parent_tool_call_id == call_id
-            for d in self._delegations.values()
-        )
+        return any(d.parent_tool_call_id == call_id for d in self._open_subagents.values())
 
     def _release(self, out: list[dict[str, Any]]) -> None:
         if not self._held:
@@ -761,7 +805,7 @@ class AguiStreamEncoder:
     # -- run terminal ------------------------------------------------------------------------
 
     def _terminal(self, event: DelegationEvent, out: list[dict[str, Any]]) -> None:
-        for delegation in reversed(list(self._delegations.values())):
+        for delegation in reversed(list(self._open_subagents.values())):
             if delegation.state == _OPEN:
                 self._close_delegation(delegation, _closing(delegation), out)
         self._release(out)  # nothing blocks any more: every subagent has ended
@@ -942,6 +986,7 @@ class AguiStreamEncoder:
         parent_message = event.message_id if not event.delegation_id else None
         call = _Entity(tag, delegation, name=name, parent_message_id=parent_message)
         self._calls[wire_id] = call
+        self._calls_of.setdefault(delegation, []).append(wire_id)
         start: dict[str, Any] = {"type": _TOOL_START, "toolCallId": wire_id, "toolCallName": name}
         if parent_message:
             start["parentMessageId"] = parent_message
@@ -1089,6 +1134,10 @@ def _nesting(event: DelegationEvent) -> dict[str, Any]:
         "remote_subagent_id": event.remote_subagent_id,
         "synthesized": True,
     }
+
+
+#: What an ended subagent keeps of its first event: nothing (see `_Delegation.identity`).
+_FORGOTTEN: Final = DelegationEvent(kind=Kind.STARTED, run_id="", synthesized=True)
 
 
 def _closing(subagent: _Delegation, *, suspended: bool = False) -> DelegationEvent:
