@@ -15,7 +15,10 @@ beside what this machine does without the engine:
   `http.response.body` per write) and then served, same bytes in the same writes, by a raw ASGI
   app (no Quart, no engine) on the same Hypercorn config, read by the same reader code: that
   row is this machine's limit. events/s counts journal events covered (cursors), since a reader
-  behind the journal gets deltas merged and one SSE message may cover several entries.
+  behind the journal gets deltas merged and one SSE message may cover several entries. A third
+  row, for scale only, is an ASGI app without the engine that encodes each event of the same mix
+  itself (`json.dumps` of three fields, one SSE block per event, `BATCH` per write): what a
+  per-event Python encoder delivers when nothing merges deltas.
 - Latency: `delegations` concurrent delegations to an in-process agent, each streaming text
   deltas at `rate / delegations` per second for `seconds` (the k-th delegation's ticks offset by
   `k / delegations` of a period, as independent streams are: lockstep timers would append one
@@ -171,6 +174,41 @@ def _raw_app(start: dict[str, Any], chunks: Sequence[bytes], go: trio.Event) -> 
     return app
 
 
+def _floor_app(events: Sequence[Any], go: trio.Event) -> Any:
+    """An ASGI app that encodes each of `events` itself, one `json.dumps` of a three-field
+    AG-UI-shaped dict and one SSE block with its `id:` per event, and writes each batch of
+    `BATCH` as one body write once `go` is set: the least per-event work a Python server that
+    encodes events does (no journal, no ordering rules, no merging), on the same worker."""
+    dumps = json.dumps
+
+    async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
+        await go.wait()
+        _marks["producer_start"] = time.perf_counter()
+        cursor = 0
+        for start in range(0, len(events), BATCH):
+            parts = []
+            for event in events[start : start + BATCH]:
+                cursor += 1
+                data = dumps(
+                    {"type": event.kind, "messageId": event.message_id, "delta": event.delta}
+                )
+                parts.append(b"id: %d\ndata: %s\n\n" % (cursor, data.encode()))
+            await send({"type": "http.response.body", "body": b"".join(parts), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    return app
+
+
+_SSE_HEADERS: Final = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 _marks: dict[str, float] = {}
 
 
@@ -507,10 +545,38 @@ async def _raw_throughput(
     )
 
 
-def _throughput(events: int, repeat: int) -> tuple[list[_Throughput], list[_Throughput]]:
+async def _floor_throughput(events: Sequence[Any]) -> _Throughput:
+    go = trio.Event()
+    ready = trio.Event()
+    result: list[_Read] = []
+    with trio.fail_after(DEADLINE):
+        async with serve_app(cast(Any, _floor_app(events, go))) as base:
+
+            async def read() -> None:
+                result.append(await _httpx_reader(f"{base}/runs/floor/events", "floor", ready))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(read)
+                await ready.wait()
+                go.set()
+    got = result[0]
+    return _Throughput(
+        seconds=got.ended_at - _marks["producer_start"],
+        events=got.last_id,
+        messages=got.messages,
+        size=got.size,
+        writes=-(-len(events) // BATCH),
+        complete=got.last_id == len(events),
+    )
+
+
+def _throughput(
+    events: int, repeat: int
+) -> tuple[list[_Throughput], list[_Throughput], list[_Throughput]]:
     mix = build_event_mix(events, "bench-run")[1:-1]  # the run actor journals its own lifecycle
     engine_runs: list[_Throughput] = []
     raw_runs: list[_Throughput] = []
+    floor_runs: list[_Throughput] = []
     for _ in range(repeat):
         gc.collect()
         engine_run, start, chunks = trio.run(_engine_throughput, mix)
@@ -521,7 +587,9 @@ def _throughput(events: int, repeat: int) -> tuple[list[_Throughput], list[_Thro
         first = last_id - engine_run.events
         gc.collect()
         raw_runs.append(trio.run(_raw_throughput, start, chunks, first, last_id))
-    return engine_runs, raw_runs
+        gc.collect()
+        floor_runs.append(trio.run(_floor_throughput, mix))
+    return engine_runs, raw_runs, floor_runs
 
 
 # -- latency and the slow viewer ---------------------------------------------------------------
@@ -783,9 +851,10 @@ def bench_sse(
     print(file=out, flush=True)
 
     problems: list[str] = []
-    engine_runs, raw_runs = _throughput(events, repeat)
+    engine_runs, raw_runs, floor_runs = _throughput(events, repeat)
     engine_row = _throughput_row(engine_runs)
     raw_row = _throughput_row(raw_runs)
+    floor_row = _throughput_row(floor_runs)
     header = (
         f"{'throughput':<36} {'events':>8} {'writes':>7} {'events/s':>10} {'messages/s':>11} "
         f"{'MB/s':>7} {'vs raw':>7} {'catch-ups':>9}"
@@ -794,6 +863,7 @@ def bench_sse(
     print("-" * len(header), file=out)
     for label, row, catch in (
         ("raw ASGI app, same writes (limit)", raw_row, None),
+        ("no engine, json.dumps per event", floor_row, None),
         ("engine: journal -> encoder -> SSE", engine_row, engine_runs[-1].catch_ups),
     ):
         print(
@@ -811,10 +881,14 @@ def bench_sse(
     )
     print(
         "events/s: journal events covered by the reader's last id: cursor / s, clock from the "
-        "first append (raw: the first write) to the last body byte read; messages: SSE blocks",
+        "first append (raw: the first write) to the last body byte read; messages: SSE blocks; "
+        "no engine: an ASGI app encoding each event of the same mix as its own SSE block "
+        f"(json.dumps of three fields, its id:), {BATCH} per write: what a per-event Python "
+        "encoder without the engine's merging delivers, for scale (the goal is against the "
+        "raw limit)",
         file=out,
     )
-    for runs, label in ((engine_runs, "engine"), (raw_runs, "raw")):
+    for runs, label in ((engine_runs, "engine"), (raw_runs, "raw"), (floor_runs, "json.dumps")):
         for run in runs:
             if not run.complete:
                 problems.append(f"LOST throughput ({label}): the reader missed the last cursor")

@@ -22,6 +22,7 @@ def test_bench_sse_prints_throughput_latency_and_slow_viewer_rows() -> None:
     assert "os.cpu_count()=" in lines[0]
     for row in (
         "raw ASGI app, same writes (limit) ",
+        "no engine, json.dumps per event ",
         "engine: journal -> encoder -> SSE ",
         "goal: >= 0.5x the raw limit and >= 150,000 events/s: ",
         "fast viewer alone ",
