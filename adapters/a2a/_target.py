@@ -31,6 +31,7 @@ from a2a.types import (
     AgentCard,
     CancelTaskRequest,
     GetTaskRequest,
+    ListTasksRequest,
     Message,
     Part,
     Role,
@@ -40,7 +41,12 @@ from a2a.types import (
     SubscribeToTaskRequest,
     TaskState,
 )
-from a2a.utils.errors import A2AError, TaskNotFoundError, UnsupportedOperationError
+from a2a.utils.errors import (
+    A2AError,
+    MethodNotFoundError,
+    TaskNotFoundError,
+    UnsupportedOperationError,
+)
 from google.protobuf.json_format import ParseError
 
 from adapters._remote_http import (
@@ -77,6 +83,16 @@ _TERMINAL_STATES: Final = frozenset(
     }
 )
 
+
+#: A cancel that came after the task was sent but before the remote named it looks the task up
+#: with ListTasks (the newest first, in the delegation's context when it has one), matching the
+#: message id we chose, which the remote keeps in the task's history: up to this many lookups,
+#: the first at once, then `FIND_BACKOFF` s apart, doubling (the remote may store the task a
+#: moment after it read the message), each reading at most `FIND_PAGES` pages.
+FIND_ATTEMPTS: Final = 3
+FIND_BACKOFF: Final = 0.05
+FIND_PAGES: Final = 2
+FIND_PAGE_SIZE: Final = 100
 
 #: What the SDK raises, untyped, for a remote document it cannot read (bad types, an enum of
 #: 1e999, a lone surrogate in a key): the remote's payload is malformed, not our code broken.
@@ -157,6 +173,9 @@ class A2ATarget:
         self._card_fetched_at = -CARD_TTL_SECONDS
         self._clients: dict[str, Client] = {}
         self._lock = trio.Lock()
+        #: False once the remote said it has no ListTasks (then a task it never named stays
+        #: `cancel_pending`, as before).
+        self.can_list_tasks = True
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -305,6 +324,9 @@ class _A2ASession:
         self.task_id: str | None = None
         self.context_id: str | None = task.remote_context_id
         self._message_sent = False
+        #: The id we gave the message that is to create the task: how a cancel that comes
+        #: before the remote names the task finds it (ListTasks, `_find_task`).
+        self._new_task_message_id: str | None = None
         #: The validated card this delegation uses (the actor puts it on every result), and the
         #: name it gives the agent (shown when the host gave no display name).
         self.card_fingerprint = target.fingerprint
@@ -423,6 +445,8 @@ class _A2ASession:
         )
         request.metadata.update(self._metadata())
         client = self._target._client(stream)
+        if self.task_id is None:
+            self._new_task_message_id = message.message_id
         try:
             await self._relay(client.send_message(request, context=self._context()), emit)
         except _UNREADABLE as exc:
@@ -432,6 +456,10 @@ class _A2ASession:
                 # The task was accepted and the connection broke: that is a dropped stream,
                 # which the delegation recovers with resubscribe/GetTask, not a failure.
                 return
+            if self.task_id is None and not _is_transport_error(exc):
+                # Refused before any task (an error answer, not a broken connection): no task
+                # of this message exists for a cancel to look up.
+                self._new_task_message_id = None
             code = (
                 ErrorCode.MALFORMED_REMOTE_PAYLOAD
                 if _is_malformed(exc)
@@ -497,10 +525,15 @@ class _A2ASession:
 
     async def cancel(self) -> bool:
         if self.task_id is None:
-            # Nothing sent: nothing to cancel. Sent, but cancelled before the remote named its
-            # task: it may be running there, and CancelTask needs its id: not confirmed (the
-            # result says cancel_pending rather than pretending; found by the soak).
-            return not self._message_sent
+            if not self._message_sent:
+                return True  # nothing sent: nothing to cancel
+            # Sent, but cancelled before the remote named its task: it may be running there
+            # (found by the soak). Look it up by the message id we chose; not found (the
+            # message never arrived, the remote cannot list or keeps no history): not
+            # confirmed, and the result says cancel_pending rather than pretending.
+            if not await self._find_task():
+                return False
+        assert self.task_id is not None
         client = self._target._client(False, control=True)
         request = CancelTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
         request.metadata.update({**self._metadata(), "reason": "cancelled by the delegating run"})
@@ -516,6 +549,43 @@ class _A2ASession:
             except (A2AError, httpx.HTTPError):
                 return False
         return task.status.state in _TERMINAL_STATES
+
+    async def _find_task(self) -> bool:
+        """Learn the id of the task our last new-task message created, with ListTasks
+        (bounded: `FIND_ATTEMPTS` x `FIND_PAGES` calls). True if found."""
+        message_id = self._new_task_message_id
+        target = self._target
+        if message_id is None or not target.can_list_tasks:
+            return False
+        client = target._client(False, control=True)
+        delay = FIND_BACKOFF
+        for attempt in range(FIND_ATTEMPTS):
+            if attempt:
+                await trio.sleep(delay)
+                delay *= 2
+            token = ""
+            for _ in range(FIND_PAGES):
+                request = ListTasksRequest(
+                    tenant=target.config.tenant or "",
+                    context_id=self.context_id or "",
+                    page_size=FIND_PAGE_SIZE,
+                    page_token=token,
+                )
+                try:
+                    page = await client.list_tasks(request, context=self._context())
+                except (UnsupportedOperationError, MethodNotFoundError):
+                    target.can_list_tasks = False
+                    return False
+                except (A2AError, httpx.HTTPError, *_UNREADABLE):
+                    return False
+                for task in page.tasks:
+                    if task.id and any(m.message_id == message_id for m in task.history):
+                        self._learn(task.id, task.context_id)
+                        return True
+                token = page.next_page_token
+                if not token:
+                    break
+        return False
 
     async def aclose(self) -> None:
         return None
