@@ -456,9 +456,10 @@ class _CancelRun:
 
 
 async def _engine_cancel_once(remote: _RemoteProcess, delegations: int) -> _CancelRun:
-    """`delegations` delegations WORKING on `hang`, then `run.cancel()`."""
-    http = _http(connections=_cascade_pool(delegations))
-    target = A2ATarget(A2AAgentConfig(card_url=remote.card_url("hang")), http=http)
+    """`delegations` delegations WORKING on `hang`, then `run.cancel()`. The target keeps its
+    own HTTP pools (what a host's `A2ATarget(config)` gets): their shape is part of what a
+    cascade costs."""
+    target = A2ATarget(A2AAgentConfig(card_url=remote.card_url("hang")))
     spec = AgentSpec(key="hang", display_name="Never finishes", protocol="a2a", target=target)
     limits = EngineLimits(
         max_concurrent_per_run=max(8, delegations),
@@ -492,7 +493,6 @@ async def _engine_cancel_once(remote: _RemoteProcess, delegations: int) -> _Canc
             closed_at = time.monotonic()
     finally:
         await target.aclose()
-        await http.aclose()
     stamps, cancelled_ids = await remote.cancels()
     arrivals = tuple(sorted(t - cancelled_at for t in stamps))
     confirmed = 0

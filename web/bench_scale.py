@@ -40,9 +40,8 @@ the same run:
   delegations WORKING on the remote's `hang` agent, `run.cancel()`, the time until the last
   CancelTask reaches the remote (stamped there on the same monotonic clock); beside it
   `bench a2a`'s floors, the same number of concurrent CancelTask requests on raw sockets, on
-  one httpx client and on the bare a2a-sdk client. Unlike `bench a2a` (which hands its target
-  one big httpx client), the target here uses its own pools, as a host's does
-  (`_engine_cascade_once`): their sharding is part of what is measured.
+  one httpx client and on the bare a2a-sdk client. The target uses its own pools, as a host's
+  does (`bench a2a`'s `_engine_cancel_once`): their sharding is part of what is measured.
 
 `--sizes ""` or `--steps ""` skips that section (e.g. only the cascade: `--sizes "" --steps ""`).
 
@@ -93,11 +92,9 @@ from engine import (
     AgentSpec,
     DelegationHandle,
     DelegationRequest,
-    Engine,
     EngineLimits,
     JournalStore,
     MemoryJournalStore,
-    RemoteCancel,
     Run,
     RunJournal,
     Status,
@@ -105,13 +102,12 @@ from engine import (
 from web.bench import percentile
 from web.bench_a2a import (
     _FLOORS,
-    _WORKING_KINDS,
     GOAL_CANCEL_P99_MS,
     WARMUP_EVENTS,
-    WORKING_DEADLINE,
     _cancel_floor_once,
     _CancelRun,
     _cascade_pool,
+    _engine_cancel_once,
     _fetch_card,
     _http,
     _message,
@@ -776,62 +772,6 @@ class _StepFigures:
         return statistics.median(s for s, _ in self.bare) if self.bare else math.nan
 
 
-# -- the cancel cascade --------------------------------------------------------------------------
-
-
-async def _engine_cascade_once(remote: _RemoteProcess, delegations: int) -> _CancelRun:
-    """`bench a2a`'s `_engine_cancel_once` with one difference: the target keeps its own HTTP
-    pools (what a host's `A2ATarget(config)` gets) instead of sharing one caller-given client
-    of `_cascade_pool(delegations)` connections between its streams and its CancelTasks."""
-    target = A2ATarget(A2AAgentConfig(card_url=remote.card_url("hang")))
-    spec = AgentSpec(key="hang", display_name="Never finishes", protocol="a2a", target=target)
-    limits = EngineLimits(
-        max_concurrent_per_run=max(8, delegations),
-        max_concurrent_global=max(256, delegations),
-    )
-    await remote.forget_cancels()
-    working: set[str] = set()
-    handles: list[DelegationHandle] = []
-    cancelled_at = math.inf
-    try:
-        await target.prepare()
-        async with Engine([spec], limits=limits) as eng:
-            async with eng.open_run() as run:
-                with trio.move_on_after(WORKING_DEADLINE):
-                    async with run.events() as events:
-                        handles += [
-                            run.start_delegation(
-                                DelegationRequest(agent="hang", objective=f"wait {n}")
-                            )
-                            for n in range(delegations)
-                        ]
-                        async for entry in events:
-                            event = entry.event
-                            if event.status == "working" and event.kind in _WORKING_KINDS:
-                                working.add(event.delegation_id or "")
-                                if len(working) >= delegations:
-                                    break
-                cancelled_at = time.monotonic()  # the remote stamps arrivals on this clock
-                run.cancel("bench scale: cancel cascade")
-            closed_at = time.monotonic()
-    finally:
-        await target.aclose()
-    stamps, cancelled_ids = await remote.cancels()
-    arrivals = tuple(sorted(t - cancelled_at for t in stamps))
-    confirmed = sum(
-        h.result().status == Status.CANCELLED and h.result().remote_cancel == RemoteCancel.CONFIRMED
-        for h in handles
-    )
-    return _CancelRun(
-        to_last_cancel=arrivals[-1] if arrivals else math.inf,
-        arrivals=arrivals,
-        to_closed=closed_at - cancelled_at,
-        working=len(working),
-        cancels_received=len(set(cancelled_ids)),
-        confirmed=confirmed,
-    )
-
-
 # -- the run -------------------------------------------------------------------------------------
 
 
@@ -914,7 +854,7 @@ async def _measure_remote(
             cancel = await timed(
                 f"cancel cascade, {n:,} delegations",
                 CASCADE_DEADLINE,
-                partial(_engine_cascade_once, remote, n),
+                partial(_engine_cancel_once, remote, n),
             )
             if cancel is not None:
                 figures.cancels[n].append(cancel)
