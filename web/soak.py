@@ -1,27 +1,44 @@
 """The soak (`subagent-engine soak`): many runs with random faults, then an exact accounting.
 
 This module owns one job: drive the engine through its public surface with many runs at once,
-each delegating concurrently to real A2A servers whose faults are drawn from a seeded RNG and to
-in-process agents whose text is known, with viewers that connect late, read slowly, drop and
-reconnect after their last cursor (what an SSE viewer's `Last-Event-ID` does), and parents
-cancelled at random moments; then account for everything. It changes no engine behaviour.
+each delegating concurrently to real A2A and AG-UI servers whose faults are drawn from a seeded
+RNG and to in-process agents whose text is known, with viewers that connect late, read slowly,
+drop and reconnect after their last cursor, and parents cancelled at random moments; then
+account for everything. It changes no engine behaviour.
 
-The remote is `tests/servers/a2a_faulty.py` (one agent per fault scenario), run as a child
-process the way the integration tests run it (`READY <port>`, own process group, exits when its
-stdin closes). Every delegation forwards its identity, so the server's `/_test/log` ties each
-remote task and each CancelTask it received to the engine's delegation id.
+The remotes are `tests/servers/a2a_faulty.py` (one A2A agent per fault scenario) and
+`tests/servers/agui_app.py` (one AG-UI agent per scenario), each a child process run the way
+the integration tests run it (`READY <port>`, own process group, exits when its stdin closes).
+Every delegation forwards its identity, so the servers' `/_test/log` ties each remote task or
+run, and each CancelTask or stop it received, to the engine's delegation id.
+
+About half the runs go through the bundled server (`web.server`: `create_app` over a `RunHost`,
+`serve_app` on 127.0.0.1:0): started with `POST /runs` (the parent, `_SoakParent`, runs the
+run's plan), stopped with `POST /runs/<id>/stop`, answered with `POST /runs/<id>/answer`, and
+watched by httpx viewers of `GET /runs/<id>/events` (`_view_sse`) that connect late, read
+through a 4 KiB socket buffer, or cut the connection after a random number of bytes (mid-frame
+included) and resume with `Last-Event-ID`; AG-UI by default, the engine's envelope for
+`sse-engine`. The other viewers read the journal in-process (`_view`), as the server does.
 
 Accounting, per run (see `_account_run`), against what the journal store accepted (a recording
 `JournalStore` wrapped around the engine's `MemoryJournalStore`):
 
-- every viewer: cursors strictly increasing across reconnects; every accepted entry delivered,
+- every journal (and `sse-engine`) viewer: cursors strictly increasing across reconnects;
+  every accepted entry delivered,
   or inside an announced `stream.gap`, or a status counted by a `stream.dropped` fold notice, or
   a text delta whose text reached the viewer merged into a later delta (the reassembled text of
   every message equals the accepted text minus what gaps announced); the run terminal seen;
+- every AG-UI viewer (`_account_agui_viewer`): its connections spliced where the server
+  resumes them (after the last `id:`; frames after it are sent again and counted) pass the
+  AG-UI checker; one run terminal, last, at the journal's head; every entry's frames arrived
+  under its cursor, or it is in an announced gap, or a status counted by a fold notice; the
+  TEXT_MESSAGE_CONTENT / REASONING_MESSAGE_CONTENT text per subagent equals the journaled text
+  outside gaps; every delegation announced once and ended once, as its journal terminal says;
 - every delegation: exactly one terminal event and one recorded result, and they agree;
 - the text of every completed delegation equals what its agent sent;
-- every remote task of a never-ending scenario got a CancelTask, or its result says
-  `cancel_pending`;
+- every remote task of a never-ending scenario got a CancelTask (A2A) or a stop (AG-UI), or
+  its result says `cancel_pending` (which a CancelTask that is never answered must say); no
+  AG-UI remote run is still streaming at the end;
 
 and at the end: trio tasks, file descriptors and child processes back to their baseline, RSS
 within a tolerance of its baseline (taken after a warm-up run that exercised every agent).
@@ -30,16 +47,19 @@ within a tolerance of its baseline (taken after a warm-up run that exercised eve
 from __future__ import annotations
 
 import gc
+import importlib.util
 import json
 import os
 import random
+import socket
 import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from contextlib import aclosing
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final, TextIO, cast
 
 import attrs
 import httpx
@@ -47,10 +67,12 @@ import trio
 import trio.lowlevel
 
 from adapters.a2a import A2AAgentConfig, A2ATarget
+from adapters.agui import AguiAgentConfig, AguiTarget, SseError, check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from engine import (
     AgentSpec,
     DelegationError,
+    DelegationEvent,
     DelegationHandle,
     DelegationPolicy,
     DelegationRequest,
@@ -65,8 +87,11 @@ from engine import (
     Run,
     RunJournal,
     Status,
+    event_from_jsonable,
 )
 from web._child_process import read_ready_port, stop_process_group
+from web.config import HostConfig
+from web.server import RunHost, create_app, default_encoder_factory, serve_app
 
 __all__ = ["SoakConfig", "SoakReport", "run_soak", "soak_main"]
 
@@ -74,9 +99,11 @@ REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 READY_DEADLINE: Final = 30.0
 STOP_DEADLINE: Final = 5.0
 #: A run (its delegations, viewers and accounting) that takes longer than this is a finding.
-RUN_DEADLINE: Final = 90.0
+RUN_DEADLINE: Final = float(os.environ.get("SOAK_RUN_DEADLINE", "90"))
 #: RSS may stay this far above its post-warm-up baseline (allocator arenas, caches).
 RSS_TOLERANCE_BYTES: Final = 64 << 20
+#: How long the remotes' logs may take to show a disconnect the engine already made.
+REMOTE_LOG_DEADLINE: Final = 10.0
 #: Text the fault server's agents stream as `assistant-output` when they complete.
 A2A_TEXT: Final[dict[str, str]] = {
     "stream": "Hello from the stream agent.",
@@ -87,6 +114,7 @@ A2A_TEXT: Final[dict[str, str]] = {
     "nostream": "",  # polled: no deltas, the text is in the result's messages
     "input_answered": "got: soak",
     "huge": "",
+    "chatty": "chatty done.",
 }
 #: Fault scenarios and the agent keys that reach them; `input_answered` surfaces the question
 #: and a watcher answers it, `input` returns `input_required` to the parent.
@@ -103,20 +131,45 @@ A2A_AGENTS: Final[dict[str, str]] = {
     "input_answered": "input",
     "slowcancel": "slowcancel",
     "nocancel": "nocancel",
+    "hangcancel": "hangcancel",
+    "auth": "auth",
     "huge": "huge",
     "nostream": "nostream",
+    "chatty": "chatty",
 }
 #: Scenarios whose remote task never ends by itself: the engine must cancel it at the remote.
-NEVER_ENDING: Final = frozenset({"hang", "slowcancel", "nocancel"})
+NEVER_ENDING: Final = frozenset({"hang", "slowcancel", "nocancel", "hangcancel"})
+#: The AG-UI remote's scenarios (tests/servers/agui_app.py) the soak delegates to, as
+#: `agui_<scenario>`; `hang` and `stubborn` run until they are stopped.
+AGUI_AGENTS: Final = (
+    "stream",
+    "reasoning",
+    "tool",
+    "chunks",
+    "subagents",
+    "interrupt",
+    "error",
+    "badjson",
+    "noterminal",
+    "auth",
+    "hang",
+    "stubborn",
+    "drop",
+    "slow",
+    "chatty",
+    "bigtext",
+    "oversized",
+)
+AGUI_NEVER_ENDING: Final = frozenset({"hang", "stubborn"})
 INPROCESS_AGENTS: Final = ("talker", "slowtalker", "crasher")
-#: Weights of the fault draw (in-process agents included).
+#: Weights of the fault draw (in-process agents included; AG-UI ones as `agui_<scenario>`).
 WEIGHTS: Final[dict[str, int]] = {
     "talker": 6,
     "slowtalker": 4,
     "crasher": 1,
-    "stream": 5,
+    "stream": 4,
     "v03": 1,
-    "fail": 2,
+    "fail": 1,
     "reject": 1,
     "hang": 2,
     "drop": 2,
@@ -126,21 +179,51 @@ WEIGHTS: Final[dict[str, int]] = {
     "input_answered": 2,
     "slowcancel": 1,
     "nocancel": 1,
+    "hangcancel": 1,
+    "auth": 1,
     "huge": 1,
     "nostream": 1,
+    "chatty": 1,
+    "agui_stream": 2,
+    "agui_reasoning": 1,
+    "agui_tool": 1,
+    "agui_chunks": 1,
+    "agui_subagents": 1,
+    "agui_interrupt": 1,
+    "agui_error": 1,
+    "agui_badjson": 1,
+    "agui_noterminal": 1,
+    "agui_auth": 1,
+    "agui_hang": 2,
+    "agui_stubborn": 1,
+    "agui_drop": 2,
+    "agui_slow": 2,
+    "agui_chatty": 4,
+    "agui_bigtext": 1,
+    "agui_oversized": 1,
 }
 #: Soak finding 1 (fixed; tests/soak/test_soak_findings.py): a cancel while the first
 #: SendStreamingMessage was in flight claimed a confirmed cancel. Kept so a finding can be
 #: tolerated by name while it is being fixed (`SoakConfig.tolerate`).
 FINDING_INFLIGHT_CANCEL: Final = "inflight-cancel-orphans-remote-task"
+#: Soak finding 2 (open; tests/soak/test_soak_findings.py, strict xfail): an AG-UI viewer that
+#: reconnects with a `Last-Event-ID` older than the replay window gets a `stream.gap` and then
+#: a stream whose encoder does not know what the viewer already had open: subagents announced
+#: twice (`duplicate_start`), messages left open at RUN_FINISHED (`open_at_finish`).
+FINDING_RESUME_ACROSS_GAP: Final = "agui-resume-across-replay-gap"
+#: Viewers reading the journal in-process (a `Subscription`, as the server does for each viewer).
 VIEWER_KINDS: Final = ("live", "late", "slow", "flaky")
+#: Viewers of runs started over HTTP (`POST /runs` on the bundled server), reading
+#: `GET /runs/<id>/events` with httpx: AG-UI unless `sse-engine` (`?format=engine`).
+SSE_VIEWER_KINDS: Final = ("sse-live", "sse-late", "sse-slow", "sse-flaky", "sse-engine")
 _TERMINAL_KIND: Final[dict[str, str]] = {
     Status.COMPLETED: Kind.FINISHED,
     Status.INPUT_REQUIRED: Kind.FINISHED,
     Status.FAILED: Kind.FAILED,
     Status.CANCELLED: Kind.CANCELLED,
 }
-_TEXT_KINDS: Final = frozenset({Kind.TEXT_DELTA})
+#: Volatile kinds (merged under pressure): accounted by their reassembled text, not one by one.
+_TEXT_KINDS: Final = frozenset({Kind.TEXT_DELTA, Kind.REASONING_DELTA, Kind.TOOL_CALL_ARGS})
 _FOLD_KINDS: Final = frozenset({Kind.STREAM_DROPPED, Kind.DROPPED})
 
 
@@ -156,6 +239,8 @@ class SoakConfig:
     viewers: tuple[int, int] = (1, 3)
     cancel_probability: float = 0.25
     small_window_probability: float = 0.3
+    #: Share of runs started and watched over HTTP through the bundled server.
+    http_probability: float = 0.5
     rss_tolerance: int = RSS_TOLERANCE_BYTES
     #: Known findings (tracked by a strict xfail test) reported apart instead of failing.
     tolerate: frozenset[str] = frozenset()
@@ -174,10 +259,23 @@ class SoakReport:
     gaps: int = 0
     folds: int = 0
     parent_cancels: int = 0
+    http_runs: int = 0
     faults: Counter[str] = attrs.field(factory=Counter)
     outcomes: Counter[str] = attrs.field(factory=Counter)
+    viewer_kinds: Counter[str] = attrs.field(factory=Counter)
+    #: Fold notices (`stream.dropped`, statuses folded) seen, by viewer kind.
+    fold_notices: Counter[str] = attrs.field(factory=Counter)
+    #: Remote cancels seen at the remotes: CancelTask (A2A) and stop (AG-UI) requests.
+    remote_cancels: Counter[str] = attrs.field(factory=Counter)
+    remote_cancel_outcomes: Counter[str] = attrs.field(factory=Counter)
+    #: AG-UI frames a viewer had read after the last `id:` when its connection dropped: the
+    #: server sends them again after `Last-Event-ID` (an EventSource dispatches them twice).
+    resent_frames: int = 0
+    sse_frames: int = 0
     lost: list[str] = attrs.field(factory=list)
     mismatches: list[str] = attrs.field(factory=list)
+    #: AG-UI conformance violations (`adapters.agui` checker) of the viewers' spliced streams.
+    invalid: list[str] = attrs.field(factory=list)
     leaks: list[str] = attrs.field(factory=list)
     known: list[str] = attrs.field(factory=list)
     rss_baseline: int = 0
@@ -186,21 +284,27 @@ class SoakReport:
 
     @property
     def ok(self) -> bool:
-        return not self.lost and not self.mismatches and not self.leaks
+        return not self.lost and not self.mismatches and not self.leaks and not self.invalid
 
     def format(self) -> str:
         rows = [
             ("seed", str(self.seed)),
-            ("runs", str(self.runs)),
+            ("runs", f"{self.runs} ({self.http_runs} over HTTP)"),
             ("delegations", str(self.delegations)),
             ("events (journaled)", str(self.events)),
             ("viewers", f"{self.viewers} ({self.reconnects} reconnects)"),
+            ("viewers by kind", _counts(self.viewer_kinds)),
             ("gap markers / fold notices seen", f"{self.gaps} / {self.folds}"),
+            ("fold notices by viewer kind", _counts(self.fold_notices)),
+            ("AG-UI frames read / sent again", f"{self.sse_frames} / {self.resent_frames}"),
             ("parents cancelled", str(self.parent_cancels)),
             ("faults injected", _counts(self.faults)),
             ("outcomes", _counts(self.outcomes)),
+            ("remote cancels received", _counts(self.remote_cancels)),
+            ("remote_cancel in results", _counts(self.remote_cancel_outcomes)),
             ("events lost", str(len(self.lost))),
             ("result/terminal/text/cancel mismatches", str(len(self.mismatches))),
+            ("AG-UI checker violations", str(len(self.invalid))),
             ("leaks", str(len(self.leaks))),
             ("known findings tolerated", str(len(self.known))),
             (
@@ -214,6 +318,7 @@ class SoakReport:
         for title, items in (
             ("LOST", self.lost),
             ("MISMATCH", self.mismatches),
+            ("INVALID", self.invalid),
             ("LEAK", self.leaks),
             ("KNOWN", self.known),
         ):
@@ -288,7 +393,28 @@ async def _crasher(task: LocalTask) -> str:
     raise RuntimeError("soak: the in-process agent crashed")
 
 
-def _agents(port: int) -> list[AgentSpec]:
+def _agui_text() -> dict[str, str]:
+    """Text the AG-UI remote's scenarios stream for the delegation itself (not for the remote's
+    own subagents) when they complete."""
+    # By path: `tests` is not a package the installed command can import.
+    path = REPO_ROOT / "tests" / "servers" / "agui_app.py"
+    spec = importlib.util.spec_from_file_location("_soak_agui_app", path)
+    assert spec is not None and spec.loader is not None
+    agui_app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(agui_app)
+    return {
+        "agui_stream": "Hello from AG-UI.",
+        "agui_reasoning": "Answer.",
+        "agui_tool": "Found 3 hits.",
+        "agui_chunks": "Chunked text arrives.",
+        "agui_subagents": "Summary of the sources.",
+        "agui_slow": "".join(agui_app.slow_text()),
+        "agui_chatty": agui_app.chatty_text(),
+        "agui_bigtext": "".join(agui_app.big_text()),
+    }
+
+
+def _agents(port: int, agui_port: int) -> list[AgentSpec]:
     base = DelegationPolicy(
         default_timeout=30.0, max_timeout=30.0, cancel_timeout=1.0, cancel_retry_window=3.0
     )
@@ -311,6 +437,21 @@ def _agents(port: int) -> list[AgentSpec]:
                 policy=attrs.evolve(
                     base, input_required=mode, input_wait_timeout=10.0, poll_interval=0.1
                 ),
+            )
+        )
+    agui_base = f"http://127.0.0.1:{agui_port}/agents"
+    for scenario in AGUI_AGENTS:
+        agui_config = AguiAgentConfig(
+            url=f"{agui_base}/{scenario}",
+            stop_url=f"{agui_base}/{scenario}/stop",
+            forward_identity=True,
+        )
+        specs.append(
+            AgentSpec(
+                key=f"agui_{scenario}",
+                protocol="agui",
+                target=AguiTarget(agui_config),
+                policy=attrs.evolve(base, input_required=InputRequiredMode.RETURN),
             )
         )
     return specs
@@ -366,16 +507,106 @@ async def _view(journal: RunJournal, viewer: _Viewer, rng: random.Random) -> Non
         await trio.sleep(rng.uniform(0.0, 0.3))
 
 
-async def _answer_inputs(run: Run, journal: RunJournal) -> None:
+@attrs.define
+class _SseViewer:
+    """A viewer of `GET /runs/<id>/events` over HTTP: the bytes of each connection as read
+    (a dropped connection's bytes stop where it was cut, mid-frame or not)."""
+
+    name: str
+    kind: str
+    connections: list[bytes] = attrs.field(factory=list)
+    reconnects: int = 0
+    problems: list[str] = attrs.field(factory=list)
+    done: bool = False
+
+    @property
+    def engine_format(self) -> bool:
+        return self.kind == "sse-engine"
+
+
+def _complete_blocks(data: bytes) -> bytes:
+    """The SSE blocks of `data` that ended (a cut connection's last block is incomplete)."""
+    end = data.rfind(b"\n\n")
+    return data[: end + 2] if end >= 0 else b""
+
+
+def _last_id(data: bytes) -> int | None:
+    """The last `id:` of the complete blocks of `data` (what `Last-Event-ID` resumes after)."""
+    blocks = _complete_blocks(data)
+    at = blocks.rfind(b"\nid: ")
+    if blocks.startswith(b"id: ") and at < 0:
+        at = -1
+    elif at < 0:
+        return None
+    line = blocks[at + 1 :].split(b"\n", 1)[0]
+    return int(line[4:])
+
+
+async def _view_sse(
+    clients: _HttpClients, url: str, token: str, viewer: _SseViewer, rng: random.Random
+) -> None:
+    """Watch a run over HTTP as `viewer.kind` says until the stream ends after the run terminal:
+    `sse-late` connects late, `sse-slow` reads through a 4 KiB socket buffer with pauses,
+    `sse-flaky` and `sse-engine` cut the connection after a random number of bytes (anywhere,
+    mid-frame included) and reconnect with `Last-Event-ID`."""
+    if viewer.kind == "sse-late":
+        await trio.sleep(rng.uniform(0.05, 1.5))
+    slow = viewer.kind == "sse-slow"
+    flaky = viewer.kind in ("sse-flaky", "sse-engine")
+    client = clients.slow if slow else clients.fast
+    after: int | None = None
+    params = {"format": "engine"} if viewer.engine_format else {}
+    # A connection that breaks before one whole frame arrived breaks later the next time (a
+    # frame may be large: a catching-up reader gets deltas merged), so the viewer progresses.
+    stalls = 0
+    while True:
+        headers = {"authorization": f"Bearer {token}"}
+        if after is not None:
+            headers["last-event-id"] = str(after)
+        budget = rng.randint(64, 24 << 10) << stalls if flaky and stalls < 12 else None
+        received = bytearray()
+        ended = False
+        try:
+            async with client.stream("GET", url, headers=headers, params=params) as response:
+                if response.status_code != 200:
+                    body = await response.aread()
+                    viewer.problems.append(
+                        f"GET events: HTTP {response.status_code} {body[:200]!r}"
+                    )
+                    return
+                async with aclosing(cast(AsyncGenerator[bytes], response.aiter_bytes())) as chunks:
+                    async for chunk in chunks:
+                        if budget is not None and len(received) + len(chunk) >= budget:
+                            received += chunk[: budget - len(received)]  # the network cut here
+                            break
+                        received += chunk
+                        if slow:
+                            await trio.sleep(rng.uniform(0.002, 0.02))
+                    else:
+                        ended = True
+        except httpx.HTTPError as exc:  # the server broke the stream: a finding
+            viewer.problems.append(f"GET events: {type(exc).__name__}: {exc}")
+            viewer.connections.append(bytes(received))
+            return
+        viewer.connections.append(bytes(received))
+        if ended:
+            viewer.done = True
+            return
+        last = _last_id(bytes(received))
+        stalls = 0 if last is not None else stalls + 1
+        if last is not None:
+            after = last
+        viewer.reconnects += 1
+        await trio.sleep(rng.uniform(0.0, 0.2))
+
+
+async def _answer_inputs(answer: Callable[[str], Awaitable[None]], journal: RunJournal) -> None:
     """Answer every input request of the `a2a_input_answered` agent with "soak"."""
     async with journal.subscribe(0) as sub:
         async for entry in sub:
             event = entry.event
             if event.kind == Kind.INPUT_REQUIRED and event.agent_key == "a2a_input_answered":
-                try:
-                    run.answer(event.delegation_id or "", text="soak")
-                except DelegationError:
-                    pass  # it ended meanwhile (cancelled, timed out)
+                await answer(event.delegation_id or "")
 
 
 # -- one run ----------------------------------------------------------------------------------
@@ -390,6 +621,13 @@ class _RunPlan:
     viewers: list[str]
     cancel_at: float | None
     small_window: bool
+    http: bool = False
+
+
+def _agent_key(name: str) -> str:
+    if name in INPROCESS_AGENTS or name.startswith("agui_"):
+        return name
+    return f"a2a_{name}"
 
 
 def _plan(config: SoakConfig, index: int) -> _RunPlan:
@@ -400,21 +638,31 @@ def _plan(config: SoakConfig, index: int) -> _RunPlan:
     agents = rng.choices(names, weights, k=count)
     timeouts: list[float | None] = []
     for agent in agents:
-        if agent in NEVER_ENDING or (agent == "input_answered" and rng.random() < 0.2):
+        never_ending = agent in NEVER_ENDING or agent.removeprefix("agui_") in AGUI_NEVER_ENDING
+        if never_ending or (agent == "input_answered" and rng.random() < 0.2):
             timeouts.append(round(rng.uniform(0.3, 2.0), 2))
         else:
             timeouts.append(None)
     cancel_at = (
         round(rng.uniform(0.0, 1.5), 3) if rng.random() < config.cancel_probability else None
     )
+    viewers = rng.choices(VIEWER_KINDS, k=rng.randint(*config.viewers))
+    small_window = rng.random() < config.small_window_probability
+    # Drawn last, from its own stream, so the draws above stay what they were for a seed.
+    http_rng = random.Random(f"{config.seed}/{index}/http")
+    http = http_rng.random() < config.http_probability
+    if http:
+        sse = http_rng.choices(SSE_VIEWER_KINDS, k=http_rng.randint(1, 3))
+        viewers = sse + viewers[: http_rng.randint(0, 1)]
     return _RunPlan(
         run_id=f"soak-{config.seed}-{index}",
-        agents=[a if a in INPROCESS_AGENTS else f"a2a_{a}" for a in agents],
+        agents=[_agent_key(a) for a in agents],
         timeouts=timeouts,
         stagger=[round(rng.uniform(0.0, 0.2), 3) for _ in agents],
-        viewers=rng.choices(VIEWER_KINDS, k=rng.randint(*config.viewers)),
+        viewers=viewers,
         cancel_at=cancel_at,
-        small_window=rng.random() < config.small_window_probability,
+        small_window=small_window,
+        http=http,
     )
 
 
@@ -427,64 +675,228 @@ class _RunOutcome:
     viewers: list[_Viewer]
     results: list[Any]
     cancelled: bool
+    sse_viewers: list[_SseViewer] = attrs.field(factory=list)
+    tolerate: frozenset[str] = frozenset()
 
 
-async def _one_run(
-    eng: Engine, stores: dict[str, _RecordingStore], config: SoakConfig, index: int
-) -> _RunOutcome:
+class _HttpClients:
+    """The soak's HTTP clients (127.0.0.1 only): `fast` for control requests and most viewers,
+    `slow` with a 4 KiB receive buffer so a slow reader pushes back on the server at once."""
+
+    def __init__(self) -> None:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+        timeout = httpx.Timeout(30.0, read=None)
+        self.fast = httpx.AsyncClient(timeout=timeout, limits=limits)
+        small = [(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)]
+        transport = httpx.AsyncHTTPTransport(limits=limits, socket_options=small)
+        self.slow = httpx.AsyncClient(timeout=timeout, transport=transport)
+
+    async def aclose(self) -> None:
+        await self.fast.aclose()
+        await self.slow.aclose()
+
+
+@attrs.define
+class _Soak:
+    """What every run of one soak shares."""
+
+    eng: Engine
+    stores: dict[str, _RecordingStore]
+    config: SoakConfig
+    #: The bundled server's base URL and the parents of its runs (by run id).
+    base_url: str = ""
+    host: RunHost | None = None
+    clients: _HttpClients | None = None
+    drives: dict[str, Callable[[Run], Awaitable[None]]] = attrs.field(factory=dict)
+    #: Each open run's viewers and delegations, to say what hung when a run outlives its
+    #: deadline.
+    progress: dict[str, list[Any]] = attrs.field(factory=dict)
+
+    def describe(self, run_id: str) -> str:
+        parts = []
+        for item in self.progress.get(run_id, []):
+            if isinstance(item, _SseViewer):
+                got = sum(len(c) for c in item.connections)
+                parts.append(f"{item.name}: done {item.done}, {got} bytes, {item.reconnects} rec")
+            elif isinstance(item, _Viewer):
+                last = item.entries[-1].cursor if item.entries else 0
+                parts.append(f"{item.name}: done {item.done}, at {last}")
+            elif isinstance(item, DelegationHandle):
+                parts.append(f"{item.delegation_id}: finished {item.finished}")
+        journal = self.eng.journal(run_id)
+        head = journal.head if journal is not None else None
+        return f"journal head {head}; " + "; ".join(parts)
+
+
+class _SoakParent:
+    """The parent of a run started over HTTP: runs the plan `_one_run` registered for it."""
+
+    def __init__(self, drives: dict[str, Callable[[Run], Awaitable[None]]]) -> None:
+        self.drives = drives
+
+    async def run(self, run: Run, prompt: str) -> None:
+        drive = self.drives.pop(run.run_id, None)
+        if drive is not None:
+            await drive(run)
+
+
+async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
+    eng, config = soak.eng, soak.config
     plan = _plan(config, index)
     rng = random.Random(f"{config.seed}/{index}/viewers")
-    viewers = [_Viewer(f"{plan.run_id}/v{n}-{kind}", kind) for n, kind in enumerate(plan.viewers)]
+    viewers = [
+        _Viewer(f"{plan.run_id}/v{n}-{kind}", kind)
+        for n, kind in enumerate(plan.viewers)
+        if kind in VIEWER_KINDS
+    ]
+    sse_viewers = [
+        _SseViewer(f"{plan.run_id}/v{n}-{kind}", kind)
+        for n, kind in enumerate(plan.viewers)
+        if kind in SSE_VIEWER_KINDS
+    ]
     handles: list[DelegationHandle] = []
+    soak.progress[plan.run_id] = [*viewers, *sse_viewers]
     objectives: dict[str, str] = {}
     cancelled = False
-    async with (
-        trio.open_nursery() as watchers,
-        eng.open_run(run_id=plan.run_id, metadata={"user_id": "soak"}) as run,
-    ):
-        journal = run.journal
-        for viewer in viewers:
-            watchers.start_soon(_view, journal, viewer, random.Random(rng.random()))
-        watchers.start_soon(_answer_inputs, run, journal)
+    all_started = trio.Event()
 
-        async def drive() -> None:
-            for n, agent in enumerate(plan.agents):
-                await trio.sleep(plan.stagger[n])
-                objective = f"{plan.run_id}/{n}"
-                request = DelegationRequest(
-                    agent=agent, objective=objective, timeout_seconds=plan.timeouts[n]
-                )
-                handle = run.start_delegation(request)
-                objectives[handle.delegation_id] = objective
-                handles.append(handle)
-            for handle in handles:
-                await handle.wait()
+    async def drive(run: Run) -> None:
+        for n, agent in enumerate(plan.agents):
+            await trio.sleep(plan.stagger[n])
+            objective = f"{plan.run_id}/{n}"
+            request = DelegationRequest(
+                agent=agent, objective=objective, timeout_seconds=plan.timeouts[n]
+            )
+            handle = run.start_delegation(request)
+            objectives[handle.delegation_id] = objective
+            handles.append(handle)
+            soak.progress[plan.run_id].append(handle)
+        all_started.set()
+        for handle in handles:
+            await handle.wait()
 
-        if plan.cancel_at is None:
-            await drive()
-        else:
-            with trio.move_on_after(plan.cancel_at):
-                await drive()
-            if len(handles) < len(plan.agents) or not all(h.finished for h in handles):
-                cancelled = True
-                run.cancel("soak: the parent was cancelled")
+    def unfinished() -> bool:
+        return not all_started.is_set() or not all(h.finished for h in handles)
+
+    if not plan.http:
+        async with (
+            trio.open_nursery() as watchers,
+            eng.open_run(run_id=plan.run_id, metadata={"user_id": "soak"}) as run,
+        ):
+            journal = run.journal
+            for viewer in viewers:
+                watchers.start_soon(_view, journal, viewer, random.Random(rng.random()))
+
+            async def answer_in_process(delegation_id: str) -> None:
+                try:
+                    run.answer(delegation_id, text="soak")
+                except DelegationError:
+                    pass  # it ended meanwhile (cancelled, timed out)
+
+            watchers.start_soon(_answer_inputs, answer_in_process, journal)
+            if plan.cancel_at is None:
+                await drive(run)
+            else:
+                with trio.move_on_after(plan.cancel_at):
+                    await drive(run)
+                if unfinished():
+                    cancelled = True
+                    run.cancel("soak: the parent was cancelled")
+    else:
+        cancelled = await _one_http_run(soak, plan, drive, unfinished, viewers, sse_viewers, rng)
     return _RunOutcome(
         plan=plan,
-        store=stores.pop(plan.run_id),
+        store=soak.stores.pop(plan.run_id),
         handles=handles,
         objectives=objectives,
         viewers=viewers,
         results=eng.results(plan.run_id),
         cancelled=cancelled,
+        sse_viewers=sse_viewers,
+        tolerate=config.tolerate,
     )
+
+
+async def _one_http_run(
+    soak: _Soak,
+    plan: _RunPlan,
+    drive: Callable[[Run], Awaitable[None]],
+    unfinished: Callable[[], bool],
+    viewers: list[_Viewer],
+    sse_viewers: list[_SseViewer],
+    rng: random.Random,
+) -> bool:
+    """Start the run with `POST /runs` (its parent runs `drive`), watch it over HTTP, stop it
+    with `POST /runs/<id>/stop` at `plan.cancel_at`; True if it was stopped."""
+    assert soak.clients is not None and soak.host is not None
+    http = soak.clients.fast
+    base = soak.base_url
+    driven = trio.Event()
+
+    async def drive_and_tell(run: Run) -> None:
+        try:
+            await drive(run)
+        finally:
+            driven.set()
+
+    soak.drives[plan.run_id] = drive_and_tell
+    body = {"runId": plan.run_id, "messages": [{"id": "u", "role": "user", "content": "soak"}]}
+    response = await http.post(f"{base}/runs", json=body)
+    if response.status_code != 201:
+        soak.drives.pop(plan.run_id, None)
+        raise RuntimeError(f"POST /runs: HTTP {response.status_code} {response.text[:200]}")
+    document = response.json()
+    token = str(document["viewer_token"])
+    auth = {"authorization": f"Bearer {token}"}
+    hosted = soak.host.find(plan.run_id, token)
+    journal = soak.eng.journal(plan.run_id)
+    assert journal is not None
+    cancelled = False
+
+    async def answer_over_http(delegation_id: str) -> None:
+        answer = {"delegationId": delegation_id, "text": "soak"}
+        reply = await http.post(f"{base}/runs/{plan.run_id}/answer", json=answer, headers=auth)
+        if reply.status_code not in (202, 409):  # 409: it ended meanwhile
+            raise RuntimeError(f"POST answer: HTTP {reply.status_code} {reply.text[:200]}")
+
+    async with trio.open_nursery() as watchers:
+        url = f"{base}{document['events_url']}"
+        for viewer in sse_viewers:
+            watchers.start_soon(_view_sse, soak.clients, url, token, viewer, rng_of(rng))
+        for journal_viewer in viewers:
+            watchers.start_soon(_view, journal, journal_viewer, rng_of(rng))
+        watchers.start_soon(_answer_inputs, answer_over_http, journal)
+        if plan.cancel_at is not None:
+            with trio.move_on_after(plan.cancel_at):
+                await driven.wait()
+            if unfinished() and not hosted.ended.is_set():
+                cancelled = True
+                stop = await http.post(f"{base}/runs/{plan.run_id}/stop", headers=auth)
+                if stop.status_code != 200 or not stop.json().get("stopped"):
+                    raise RuntimeError(f"POST stop: HTTP {stop.status_code} {stop.text[:200]}")
+        await hosted.ended.wait()
+    return cancelled
+
+
+def rng_of(rng: random.Random) -> random.Random:
+    return random.Random(rng.random())
 
 
 # -- accounting -------------------------------------------------------------------------------
 
 
+def _text_key(event: DelegationEvent) -> tuple[str, str, str]:
+    return (
+        event.delegation_id or "",
+        event.message_id or event.tool_call_id or "",
+        event.kind,
+    )
+
+
 def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -> None:
     truth = outcome.store.accepted
     where = viewer.name
+    report.viewer_kinds[viewer.kind] += 1
     for problem in viewer.problems:
         report.lost.append(f"{where}: {problem}")
     if not viewer.done:
@@ -494,6 +906,7 @@ def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -
     last = viewer.entries[-1].cursor if viewer.entries else 0
     if last != head:
         report.lost.append(f"{where}: ended at cursor {last}, the journal's head is {head}")
+    journaled = {entry.cursor: entry.event.kind for entry in truth}
     delivered: dict[int, JournalEntry] = {}
     gap_ranges: list[tuple[int, int]] = []
     folded: Counter[str] = Counter()
@@ -505,12 +918,16 @@ def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -
             report.gaps += 1
             first = event.dropped.first_cursor or entry.cursor
             gap_ranges.append((first, event.dropped.last_cursor or entry.cursor))
-        elif event.kind in _FOLD_KINDS and event.dropped is not None:
+        elif (
+            event.kind in _FOLD_KINDS
+            and event.dropped is not None
+            and journaled.get(entry.cursor) not in _FOLD_KINDS  # not a journaled notice
+        ):
             report.folds += 1
+            report.fold_notices[viewer.kind] += 1
             folded[event.delegation_id or ""] += event.dropped.count
         elif event.kind in _TEXT_KINDS:
-            key = (event.delegation_id or "", event.message_id or "", event.kind)
-            text[key].append(event.delta or "")
+            text[_text_key(event)].append(event.delta or "")
 
     def in_gap(cursor: int) -> bool:
         return any(first <= cursor <= last for first, last in gap_ranges)
@@ -523,10 +940,12 @@ def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -
         gapped = in_gap(entry.cursor)
         if event.kind in _TEXT_KINDS:
             if not gapped:
-                key = (event.delegation_id or "", event.message_id or "", event.kind)
-                expected_text[key].append(event.delta or "")
+                expected_text[_text_key(event)].append(event.delta or "")
             continue
-        if seen is not None and seen.event.kind not in _FOLD_KINDS and seen.event.kind != Kind.GAP:
+        if seen is not None and (
+            seen.event.kind == event.kind
+            or (seen.event.kind not in _FOLD_KINDS and seen.event.kind != Kind.GAP)
+        ):
             if seen.event.kind != event.kind:
                 report.lost.append(
                     f"{where}: cursor {entry.cursor} is {seen.event.kind}, journaled {event.kind}"
@@ -553,7 +972,214 @@ def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -
             )
 
 
-def _account_run(outcome: _RunOutcome, report: SoakReport) -> None:
+def _sse_frames(viewer: _SseViewer, report: SoakReport) -> list[tuple[int | None, Any]]:
+    """The viewer's connections spliced as the server resumes them: each connection up to its
+    last frame with an `id:` (the frames after it are sent again after `Last-Event-ID`)."""
+    frames: list[tuple[int | None, Any]] = []
+    for number, data in enumerate(viewer.connections):
+        try:
+            parsed = parse_sse(_complete_blocks(data))
+        except SseError as exc:
+            report.invalid.append(f"{viewer.name}: connection {number}: not SSE: {exc}")
+            continue
+        report.sse_frames += len(parsed)
+        last = max((i for i, (cursor, _) in enumerate(parsed) if cursor is not None), default=-1)
+        report.resent_frames += len(parsed) - (last + 1)
+        frames.extend(parsed[: last + 1])
+    return frames
+
+
+def _account_sse_viewer(outcome: _RunOutcome, viewer: _SseViewer, report: SoakReport) -> None:
+    """An HTTP viewer: `sse-engine` streams are journal entries (accounted as a journal viewer's);
+    AG-UI streams are checked for conformance and accounted by `_account_agui_viewer`."""
+    if viewer.engine_format:
+        entries: list[JournalEntry] = []
+        for cursor, document in _sse_frames(viewer, report):
+            if cursor is not None:
+                entries.append(JournalEntry(event_from_jsonable(document), cursor))
+        as_journal = _Viewer(
+            viewer.name,
+            viewer.kind,
+            entries=entries,
+            reconnects=viewer.reconnects,
+            problems=viewer.problems,
+            done=viewer.done,
+        )
+        _account_viewer(outcome, as_journal, report)
+        return
+    report.viewer_kinds[viewer.kind] += 1
+    for problem in viewer.problems:
+        report.lost.append(f"{viewer.name}: {problem}")
+    if not viewer.done:
+        report.lost.append(f"{viewer.name}: never saw the end of the run")
+        return
+    frames = _sse_frames(viewer, report)
+    # A reconnect whose cursor had left the replay window resumes with a `stream.gap`: the
+    # server's encoder for it cannot know what the old connection had open (finding 2).
+    across_gap = any(
+        b'"name":"stream.gap"' in data.split(b"\n\n", 2)[1]
+        for data in viewer.connections[1:]
+        if data.count(b"\n\n") >= 2
+    )
+    for violation in check_frames(frames):
+        problem = f"{viewer.name}: {violation}"
+        if across_gap and FINDING_RESUME_ACROSS_GAP in outcome.tolerate:
+            report.known.append(f"{FINDING_RESUME_ACROSS_GAP}: {problem}")
+        else:
+            report.invalid.append(problem)
+    _account_agui_viewer(outcome, viewer, frames, report)
+
+
+_STARTS: Final = frozenset({Kind.TEXT_START, Kind.REASONING_START, Kind.TOOL_CALL_START})
+_ENDS: Final = frozenset({Kind.TEXT_END, Kind.REASONING_END, Kind.TOOL_CALL_END})
+_AGUI_RUN_TERMINALS: Final = frozenset({"RUN_FINISHED", "RUN_ERROR"})
+_AGUI_SUBAGENT_TERMINALS: Final = frozenset({"SUBAGENT_FINISHED", "SUBAGENT_ERROR"})
+_AGUI_TEXT: Final = {
+    "TEXT_MESSAGE_CONTENT": Kind.TEXT_DELTA,
+    "REASONING_MESSAGE_CONTENT": Kind.REASONING_DELTA,
+}
+#: The AG-UI event a delegation terminal becomes in the `attributed` mode.
+_AGUI_TERMINAL: Final = {
+    Kind.FINISHED: "SUBAGENT_FINISHED",
+    Kind.FAILED: "SUBAGENT_ERROR",
+    Kind.CANCELLED: "SUBAGENT_ERROR",
+}
+
+
+def _account_agui_viewer(
+    outcome: _RunOutcome,
+    viewer: _SseViewer,
+    frames: list[tuple[int | None, Any]],
+    report: SoakReport,
+) -> None:
+    """An AG-UI viewer (the run's visibility mode, `attributed`), against the journal: every
+    entry's frames arrived under its cursor (the `id:` of an entry's last frame), or the entry
+    is inside an announced `stream.gap`, or it is a status counted by a fold notice
+    (`subagent.stream.dropped`), or it is a delta whose text arrived merged into a later one
+    (the reassembled text of every subagent equals the journaled text outside gaps); one run
+    terminal, last; each delegation announced once and ended once, as its journal terminal
+    says."""
+    truth = outcome.store.accepted
+    where = viewer.name
+    head = truth[-1].cursor if truth else 0
+    ids = [cursor for cursor, _ in frames if cursor is not None]
+    if not ids or ids[-1] != head:
+        report.lost.append(
+            f"{where}: ended at id {ids[-1] if ids else None}, the journal's head is {head}"
+        )
+    types = [event.get("type") for _, event in frames]
+    run_terminals = [t for t in types if t in _AGUI_RUN_TERMINALS]
+    if len(run_terminals) != 1 or types[-1] not in _AGUI_RUN_TERMINALS:
+        report.lost.append(f"{where}: run terminals {run_terminals} across reconnects, not last")
+    journaled = {entry.cursor: entry.event for entry in truth}
+    groups: dict[int, list[dict[str, Any]]] = {}
+    pending: list[dict[str, Any]] = []
+    gap_ranges: list[tuple[int, int]] = []
+    folded: Counter[str] = Counter()
+    text: dict[tuple[str, str], list[str]] = defaultdict(list)
+    announced: Counter[str] = Counter()
+    ended: dict[str, list[str]] = defaultdict(list)
+    for cursor, event in frames:
+        pending.append(event)
+        if cursor is not None:
+            groups[cursor], pending = pending, []
+        kind, value = event.get("type"), event.get("value")
+        dropped = value.get("dropped") if isinstance(value, dict) else None
+        owner = event.get("subagentRunId") or ""
+        if kind in _AGUI_TEXT:
+            text[(owner, _AGUI_TEXT[kind])].append(event.get("delta", ""))
+        elif kind == "SUBAGENT_STARTED":
+            announced[event["subagentRunId"]] += 1
+        elif kind in _AGUI_SUBAGENT_TERMINALS:
+            ended[event["subagentRunId"]].append(kind)
+        elif kind == "CUSTOM" and isinstance(dropped, dict):
+            if event.get("name") == Kind.GAP:
+                report.gaps += 1
+                last = int(dropped.get("lastCursor") or cursor or 0)
+                gap_ranges.append((int(dropped.get("firstCursor") or last), last))
+            elif event.get("name") == Kind.STREAM_DROPPED and cursor is not None:
+                source = journaled.get(cursor)
+                if source is not None and source.kind == Kind.STATUS:
+                    report.folds += 1
+                    report.fold_notices[viewer.kind] += 1
+                    folded[source.delegation_id or ""] += int(dropped.get("count", 0))
+
+    def in_gap(cursor: int) -> bool:
+        return any(first <= cursor <= last for first, last in gap_ranges)
+
+    unseen_status: Counter[str] = Counter()
+    expected_text: dict[tuple[str, str], list[str]] = defaultdict(list)
+    started: set[str] = set()
+    terminal: dict[str, str] = {}
+    # A message or tool call whose start the viewer never got (it fell into a gap) was never
+    # opened on its stream: the encoder rightly writes nothing for its end.
+    unopened: set[tuple[str | None, str | None, str | None]] = set()
+    for entry in truth:
+        event = entry.event
+        gapped = in_gap(entry.cursor)
+        lifecycle = (event.delegation_id, event.nested_id, event.message_id or event.tool_call_id)
+        if event.kind in _STARTS and gapped:
+            unopened.add(lifecycle)
+        if event.kind in _ENDS and lifecycle in unopened and entry.cursor not in groups:
+            continue
+        if event.delegation_id and event.kind == Kind.STARTED and not gapped:
+            started.add(event.delegation_id)
+        if event.delegation_id and event.kind in _AGUI_TERMINAL and not gapped:
+            terminal[event.delegation_id] = _AGUI_TERMINAL[event.kind]
+        if event.kind in _TEXT_KINDS:
+            if not gapped and event.kind in (Kind.TEXT_DELTA, Kind.REASONING_DELTA):
+                owner = event.nested_id or event.delegation_id or ""
+                expected_text[(owner, event.kind)].append(event.delta or "")
+            continue
+        if gapped:
+            continue
+        group = groups.get(entry.cursor)
+        if group is not None:
+            if event.kind == Kind.STATUS and not any(
+                e.get("name") in (Kind.STATUS, Kind.STREAM_DROPPED) for e in group
+            ):
+                report.lost.append(
+                    f"{where}: cursor {entry.cursor} (status) arrived as "
+                    f"{[e.get('name') or e.get('type') for e in group]}"
+                )
+            if group[-1].get("name") == Kind.STREAM_DROPPED and event.kind == Kind.STATUS:
+                unseen_status[event.delegation_id or ""] += 1
+            continue
+        if event.kind == Kind.STATUS:
+            unseen_status[event.delegation_id or ""] += 1
+            continue
+        report.lost.append(f"{where}: cursor {entry.cursor} ({event.kind}) never delivered")
+    for delegation in set(unseen_status) | set(folded):
+        if unseen_status[delegation] != folded[delegation]:
+            report.lost.append(
+                f"{where}: {delegation}: {unseen_status[delegation]} statuses not delivered, "
+                f"fold notices announce {folded[delegation]}"
+            )
+    for key in set(expected_text) | set(text):
+        want, got = "".join(expected_text.get(key, [])), "".join(text.get(key, []))
+        if want != got:
+            report.lost.append(
+                f"{where}: text of {key[0]} ({key[1]}) differs: journaled {len(want)} chars "
+                f"{want[:60]!r}, reassembled {len(got)} {got[:60]!r}"
+            )
+    for delegation in started | set(announced) | set(ended):
+        if delegation not in started and announced[delegation] == len(ended[delegation]) <= 1:
+            continue  # its start fell into a gap: announced (synthesized) once at most
+        if delegation not in outcome.objectives and delegation not in started:
+            continue  # a nested subagent of a delegation (the checker judged its lifecycle)
+        if announced[delegation] != 1 or len(ended[delegation]) != 1:
+            report.lost.append(
+                f"{where}: {delegation} announced {announced[delegation]} times, ended "
+                f"{ended[delegation]}"
+            )
+        elif delegation in terminal and ended[delegation][0] != terminal[delegation]:
+            report.mismatches.append(
+                f"{where}: {delegation} ended {ended[delegation][0]}, journaled "
+                f"{terminal[delegation]}"
+            )
+
+
+def _account_run(outcome: _RunOutcome, report: SoakReport, agui_text: dict[str, str]) -> None:
     plan, truth = outcome.plan, outcome.store.accepted
     report.runs += 1
     report.events += len(truth)
@@ -565,10 +1191,15 @@ def _account_run(outcome: _RunOutcome, report: SoakReport) -> None:
     run_terminals = [e for e in truth if e.event.kind in Kind.RUN_TERMINALS]
     if len(run_terminals) != 1 or truth[-1] is not run_terminals[0]:
         report.mismatches.append(f"{where}: {len(run_terminals)} run terminals, not last")
+    report.http_runs += plan.http
     for viewer in outcome.viewers:
         report.viewers += 1
         report.reconnects += viewer.reconnects
         _account_viewer(outcome, viewer, report)
+    for sse_viewer in outcome.sse_viewers:
+        report.viewers += 1
+        report.reconnects += sse_viewer.reconnects
+        _account_sse_viewer(outcome, sse_viewer, report)
     terminals: dict[str, list[str]] = defaultdict(list)
     texts: dict[str, list[str]] = defaultdict(list)
     for entry in truth:
@@ -577,7 +1208,7 @@ def _account_run(outcome: _RunOutcome, report: SoakReport) -> None:
             continue
         if event.kind in Kind.DELEGATION_TERMINALS:
             terminals[event.delegation_id].append(event.kind)
-        elif event.kind == Kind.TEXT_DELTA:
+        elif event.kind == Kind.TEXT_DELTA and event.nested_id is None:
             texts[event.delegation_id].append(event.delta or "")
     results = {result.delegation_id: result for result in outcome.results}
     started = {handle.delegation_id for handle in outcome.handles}
@@ -599,9 +1230,11 @@ def _account_run(outcome: _RunOutcome, report: SoakReport) -> None:
             report.mismatches.append(f"{what}: result {result.status}, terminal {seen[0]}")
         if result.status == Status.COMPLETED:
             got = "".join(texts.get(delegation_id, []))
+            objective = outcome.objectives.get(delegation_id, "")
             if result.agent in ("talker", "slowtalker"):
-                objective = outcome.objectives.get(delegation_id, "")
                 want = "".join(_inprocess_text(objective))
+            elif result.agent.startswith("agui_"):
+                want = agui_text.get(result.agent, got)
             else:
                 want = A2A_TEXT.get(fault, got)
             if got != want:
@@ -623,6 +1256,22 @@ def _account_remote(
     cancelled_tasks = {
         cancel["task_id"] for record in log.values() for cancel in record.get("cancels", [])
     }
+    for record in log.values():
+        for cancel in record.get("cancels", []):
+            outcome = cancel.get("outcome", "unanswered")
+            report.remote_cancels[f"a2a CancelTask ({outcome})"] += 1
+    for result in results.values():
+        if result.remote_cancel not in (None, RemoteCancel.NOT_NEEDED):
+            report.remote_cancel_outcomes[f"{result.remote_protocol} {result.remote_cancel}"] += 1
+        if (
+            result.agent == "a2a_hangcancel"
+            and result.status == Status.CANCELLED
+            and result.remote_cancel != RemoteCancel.PENDING
+        ):
+            report.mismatches.append(
+                f"{result.run_id}/{result.delegation_id} (hangcancel): the remote never answers "
+                f"CancelTask, yet remote_cancel is {result.remote_cancel}"
+            )
     for scenario in NEVER_ENDING:
         for message in log.get(scenario, {}).get("messages", []):
             delegation_id = message.get("x_headers", {}).get("x-delegation-id")
@@ -654,6 +1303,71 @@ def _account_remote(
                 f"{result.run_id}/{result.delegation_id}: remote_cancel confirmed but the "
                 f"remote never received a CancelTask for {result.remote_task_id}"
             )
+
+
+def _account_agui_remote(
+    log: dict[str, Any], results: dict[str, Any], report: SoakReport
+) -> list[str]:
+    """Every AG-UI remote run of a never-ending scenario was stopped at the remote (its stop
+    endpoint got the run id) or its result says `cancel_pending`; every `confirmed` cancel
+    reached the stop endpoint. Returns the remote run ids whose stream must be seen closed."""
+    stopped = {(stop.get("body") or {}).get("runId") for stop in log.get("stops", [])}
+    for stop in log.get("stops", []):
+        report.remote_cancels[f"agui stop ({stop.get('scenario')})"] += 1
+    must_close: list[str] = []
+    for run in log.get("runs", []):
+        delegation_id = run.get("x_headers", {}).get("x-delegation-id")
+        result = results.get(delegation_id)
+        run_id = run.get("input", {}).get("runId")
+        if result is None or run.get("scenario") not in AGUI_NEVER_ENDING:
+            continue
+        must_close.append(run_id)
+        if run_id in stopped or result.remote_cancel == RemoteCancel.PENDING:
+            continue
+        report.mismatches.append(
+            f"{result.run_id}/{delegation_id} (agui {run.get('scenario')}): remote run {run_id} "
+            f"was never stopped; result {result.status}, remote_cancel {result.remote_cancel}"
+        )
+    remote_runs: dict[str, list[str]] = defaultdict(list)
+    for run in log.get("runs", []):
+        delegation_id = run.get("x_headers", {}).get("x-delegation-id")
+        remote_runs[delegation_id].append(run.get("input", {}).get("runId"))
+    for result in results.values():
+        if not result.agent.startswith("agui_") or result.remote_cancel != RemoteCancel.CONFIRMED:
+            continue
+        # Confirmed: the remote got a stop for every run this delegation started there (none
+        # if it was cancelled before its RunAgentInput went out).
+        runs = remote_runs.get(result.delegation_id, [])
+        unstopped = [run_id for run_id in runs if run_id not in stopped]
+        if unstopped:
+            report.mismatches.append(
+                f"{result.run_id}/{result.delegation_id} ({result.agent}): remote_cancel "
+                f"confirmed but the remote never got a stop for {unstopped} (remote_task_id "
+                f"{result.remote_task_id})"
+            )
+        if result.agent == "agui_stubborn" and result.remote_cancel == RemoteCancel.CONFIRMED:
+            report.mismatches.append(
+                f"{result.run_id}/{result.delegation_id}: stubborn refuses every stop, yet "
+                "remote_cancel is confirmed"
+            )
+    return must_close
+
+
+async def _remote_streams_closed(
+    http: httpx.AsyncClient, agui_port: int, must_close: list[str], report: SoakReport
+) -> None:
+    """The AG-UI remote has none of the never-ending runs still running (the engine left no
+    remote stream open): its log's `running` lists the runs waiting to be stopped or left;
+    polled, since the remote notices a closed connection on its own schedule."""
+    waiting = set(must_close)
+    with trio.move_on_after(REMOTE_LOG_DEADLINE):
+        while waiting:
+            response = await http.get(f"http://127.0.0.1:{agui_port}/_test/log")
+            waiting &= set(response.json().get("running", []))
+            if waiting:
+                await trio.sleep(0.05)
+    for run_id in sorted(waiting):
+        report.leaks.append(f"AG-UI remote run {run_id}: still running at the remote")
 
 
 # -- leaks ------------------------------------------------------------------------------------
@@ -694,14 +1408,18 @@ def _trio_tasks() -> list[str]:
 # -- the soak ---------------------------------------------------------------------------------
 
 
-class _FaultServer:
-    """`python -m tests.servers.a2a_faulty` in its own process group; stopped on `close()`."""
+class _ChildServer:
+    """`python -m <module>` (a test server of tests/servers) in its own process group, on an
+    ephemeral 127.0.0.1 port; stopped on `close()`."""
+
+    module = "tests.servers.a2a_faulty"
 
     def __init__(self) -> None:
-        if not (REPO_ROOT / "tests" / "servers" / "a2a_faulty.py").is_file():
+        source = REPO_ROOT / (self.module.replace(".", "/") + ".py")
+        if not source.is_file():
             raise RuntimeError(f"the soak needs the source tree (tests/servers) at {REPO_ROOT}")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.servers.a2a_faulty", "--port", "0", "--watch-stdin"],
+            [sys.executable, "-m", self.module, "--port", "0", "--watch-stdin"],
             cwd=REPO_ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -718,14 +1436,29 @@ class _FaultServer:
         stop_process_group(self.proc, STOP_DEADLINE)
 
 
-async def _soak(config: SoakConfig, server_port: int, server_pid: int) -> SoakReport:
+class _FaultServer(_ChildServer):
+    """The fault-injecting A2A server (tests/servers/a2a_faulty.py)."""
+
+    module = "tests.servers.a2a_faulty"
+
+
+class _AguiServer(_ChildServer):
+    """The AG-UI remote agent (tests/servers/agui_app.py)."""
+
+    module = "tests.servers.agui_app"
+
+
+async def _soak(
+    config: SoakConfig, server_port: int, agui_port: int, server_pids: set[int]
+) -> SoakReport:
     report = SoakReport(seed=config.seed)
     started = time.monotonic()
     deadline = started + config.minutes * 60 if config.minutes is not None else None
     fds_before = _fd_count()
     tasks_before = len(_trio_tasks())
     children_before = _child_pids()
-    agents = _agents(server_port)
+    agents = _agents(server_port, agui_port)
+    agui_text = _agui_text()
     stores: dict[str, _RecordingStore] = {}
     small_windows: set[str] = set()
     all_results: dict[str, Any] = {}
@@ -746,71 +1479,102 @@ async def _soak(config: SoakConfig, server_port: int, server_pid: int) -> SoakRe
         subscriber_buffer_bytes=64 << 10,
         retained_closed_runs=max(64, config.concurrency * 4),
     )
+    clients = _HttpClients()
     try:
         async with Engine(agents, limits=limits, store_factory=store_factory) as eng:
+            soak = _Soak(eng=eng, stores=stores, config=config, clients=clients)
+            async with trio.open_nursery() as host_nursery:
+                soak.host = RunHost(eng, host_nursery, lambda: _SoakParent(soak.drives))
+                app = create_app(
+                    soak.host, HostConfig(source="<soak>", limits=limits), default_encoder_factory()
+                )
+                async with serve_app(app) as base_url:
+                    soak.base_url = base_url
 
-            async def run_and_account(index: int) -> None:
-                plan = _plan(config, index)
-                if plan.small_window:
-                    small_windows.add(plan.run_id)
-                try:
-                    with trio.fail_after(RUN_DEADLINE):
-                        outcome = await _one_run(eng, stores, config, index)
-                except trio.TooSlowError:
-                    report.leaks.append(f"{plan.run_id}: did not end within {RUN_DEADLINE:g} s")
-                    return
-                _account_run(outcome, report)
-                ids = {handle.delegation_id for handle in outcome.handles}
-                alive = [
-                    name
-                    for name in _trio_tasks()
-                    if name.startswith("delegation ") and name.split()[1] in ids
-                ]
-                if alive:
-                    report.leaks.append(f"{plan.run_id}: tasks outlived the run: {alive}")
-                for result in outcome.results:
-                    all_results[result.delegation_id] = result
-
-            # Warm-up: every agent once, so the RSS baseline has seen each code path.
-            warm = SoakConfig(seed=config.seed, runs=1, cancel_probability=0.0)
-            async with trio.open_nursery() as nursery:
-                for n, agent in enumerate(WEIGHTS):
-                    plan_agents = [agent if agent in INPROCESS_AGENTS else f"a2a_{agent}"]
-                    nursery.start_soon(_warm_run, eng, stores, warm, n, plan_agents)
-            gc.collect()
-            report.rss_baseline = _rss()
-            slots = trio.Semaphore(config.concurrency)
-            async with trio.open_nursery() as nursery:
-                index = 0
-                while config.runs is None or index < config.runs:
-                    if deadline is not None and time.monotonic() >= deadline:
-                        break
-                    await slots.acquire()
-
-                    async def slot(i: int) -> None:
+                    async def run_and_account(index: int) -> None:
+                        plan = _plan(config, index)
+                        if plan.small_window:
+                            small_windows.add(plan.run_id)
                         try:
-                            await run_and_account(i)
+                            with trio.fail_after(RUN_DEADLINE):
+                                outcome = await _one_run(soak, index)
+                        except trio.TooSlowError:
+                            report.leaks.append(
+                                f"{plan.run_id}: did not end within {RUN_DEADLINE:g} s: "
+                                + soak.describe(plan.run_id)
+                            )
+                            return
                         finally:
-                            slots.release()
+                            soak.progress.pop(plan.run_id, None)
+                        _account_run(outcome, report, agui_text)
+                        ids = {handle.delegation_id for handle in outcome.handles}
+                        alive = [
+                            name
+                            for name in _trio_tasks()
+                            if name.startswith("delegation ") and name.split()[1] in ids
+                        ]
+                        if alive:
+                            report.leaks.append(f"{plan.run_id}: tasks outlived the run: {alive}")
+                        for result in outcome.results:
+                            all_results[result.delegation_id] = result
 
-                    nursery.start_soon(slot, index)
-                    index += 1
+                    # Warm-up: every agent once, and one run over HTTP, so the RSS baseline has
+                    # seen each code path.
+                    warm = SoakConfig(seed=config.seed, runs=1, cancel_probability=0.0)
+                    async with trio.open_nursery() as nursery:
+                        for n, agent in enumerate(WEIGHTS):
+                            nursery.start_soon(_warm_run, eng, stores, warm, n, [_agent_key(agent)])
+                        warm_http = _Soak(
+                            eng=eng,
+                            stores=stores,
+                            config=attrs.evolve(warm, http_probability=1.0),
+                            base_url=base_url,
+                            host=soak.host,
+                            clients=clients,
+                            drives=soak.drives,
+                        )
+                        nursery.start_soon(_one_run, warm_http, -1)
+                    gc.collect()
+                    report.rss_baseline = _rss()
+                    slots = trio.Semaphore(config.concurrency)
+                    async with trio.open_nursery() as nursery:
+                        index = 0
+                        while config.runs is None or index < config.runs:
+                            if deadline is not None and time.monotonic() >= deadline:
+                                break
+                            await slots.acquire()
+
+                            async def slot(i: int) -> None:
+                                try:
+                                    await run_and_account(i)
+                                finally:
+                                    slots.release()
+
+                            nursery.start_soon(slot, index)
+                            index += 1
+                    if soak.host.active_runs:
+                        report.leaks.append(f"the server still hosts {soak.host.active_runs} runs")
+                host_nursery.cancel_scope.cancel()
             followups = dict(eng.cancel_followups)
-            async with httpx.AsyncClient(timeout=10.0) as http:
-                response = await http.get(f"http://127.0.0.1:{server_port}/_test/log")
-                response.raise_for_status()
-                log = response.json()
-            _account_remote(log, all_results, followups, report, config.tolerate)
+            http = clients.fast
+            response = await http.get(f"http://127.0.0.1:{server_port}/_test/log")
+            response.raise_for_status()
+            _account_remote(response.json(), all_results, followups, report, config.tolerate)
+            response = await http.get(f"http://127.0.0.1:{agui_port}/_test/log")
+            response.raise_for_status()
+            must_close = _account_agui_remote(response.json(), all_results, report)
+            await _remote_streams_closed(http, agui_port, must_close, report)
             if eng.open_runs or eng.active_delegations:
                 report.leaks.append(
                     f"engine still has {eng.open_runs} runs and "
                     f"{eng.active_delegations} delegations open"
                 )
     finally:
-        for spec in agents:
-            close = getattr(spec.target, "aclose", None)
-            if close is not None:
-                with trio.CancelScope(shield=True):
+        with trio.CancelScope(shield=True):
+            await clients.aclose()
+            for spec in agents:
+                close = getattr(spec.target, "aclose", None)
+                if close is not None:
                     await close()
     gc.collect()
     await trio.sleep(0.2)  # sockets closed by the peer are reaped by the next checkpoints
@@ -821,7 +1585,7 @@ async def _soak(config: SoakConfig, server_port: int, server_pid: int) -> SoakRe
     fds_after = _fd_count()
     if fds_after > fds_before:
         report.leaks.append(f"file descriptors {fds_before} -> {fds_after}: {_fd_targets()}")
-    children = _child_pids() - children_before - {server_pid}
+    children = _child_pids() - children_before - server_pids
     if children:
         report.leaks.append(f"child processes left: {sorted(children)}")
     report.rss_end = _rss()
@@ -857,10 +1621,16 @@ async def _warm_run(
 
 
 def run_soak(config: SoakConfig) -> SoakReport:
-    """Start the fault server, run the soak, stop the server; the report says what was found."""
+    """Start the remotes (A2A and AG-UI), run the soak, stop them; the report says what was
+    found."""
     server = _FaultServer()
     try:
-        return trio.run(_soak, config, server.port, server.proc.pid)
+        agui = _AguiServer()
+        try:
+            pids = {server.proc.pid, agui.proc.pid}
+            return trio.run(_soak, config, server.port, agui.port, pids)
+        finally:
+            agui.close()
     finally:
         server.close()
 
@@ -874,6 +1644,9 @@ def soak_main(
     config = SoakConfig(
         seed=seed,
         runs=runs,
+        # Open findings (each a strict xfail in tests/soak/test_soak_findings.py) are listed
+        # as KNOWN lines instead of failing the soak.
+        tolerate=frozenset({FINDING_RESUME_ACROSS_GAP}),
         minutes=minutes if runs is None or minutes is not None else None,
         concurrency=concurrency,
     )

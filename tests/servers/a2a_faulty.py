@@ -50,6 +50,9 @@ Scenarios (executor behaviour), see ``SCENARIOS`` below for the one-line summari
 - ``hangcancel``: like ``hang``; the executor cancel handler never returns, so the CancelTask
   request never gets an answer (the caller's deadline must fire). The task stays WORKING.
 - ``huge``: WORKING, one ``huge.txt`` artifact chunk of 5 MiB of text, COMPLETED.
+- ``chatty``: ``CHATTY_STATUSES`` identical WORKING statuses (same message text, same timestamp:
+  a state repeated, which a slow reader's buffer may fold), one ``assistant-output`` chunk
+  ``chatty done.``, COMPLETED.
 
 Recording (per scenario) at ``GET /_test/log`` (JSON), cleared by ``POST /_test/reset``::
 
@@ -157,6 +160,8 @@ STREAM_CHUNKS = ("Hello ", "from the ", "stream agent.")
 REPORT_MD = "# Report\n\n- chunks: 3\n- status: ok\n"
 STREAM_SUMMARY = "streamed 3 chunks and report.md"
 INPUT_QUESTION = "What is your name?"
+CHATTY_STATUSES = 60
+CHATTY_TEXT = "chatty done."
 
 
 @dataclass(frozen=True)
@@ -181,6 +186,7 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("nocancel", "WORKING forever; CancelTask refused (TaskNotCancelableError)"),
     Scenario("hangcancel", "WORKING forever; CancelTask never answers"),
     Scenario("huge", "one 5 MiB artifact chunk"),
+    Scenario("chatty", f"{CHATTY_STATUSES} identical WORKING statuses, then one chunk"),
     Scenario("v03", "an A2A 0.3 agent (0.3 card, JSON-RPC with the SDK's 0.3 compat) that streams"),
 )
 SCENARIO_NAMES = tuple(s.name for s in SCENARIOS)
@@ -446,6 +452,15 @@ class FaultyExecutor(AgentExecutor):
             _chunk(context, str(uuid.uuid4()), "huge.txt", "x" * HUGE_BYTES, last_chunk=True)
         )
         await emit(_status(context, TaskState.TASK_STATE_COMPLETED, "done: 5 MiB"))
+
+    async def _run_chatty(self, context: RequestContext, emit: _Emit) -> None:
+        repeated = _status(context, TaskState.TASK_STATE_WORKING, "thinking")
+        for _ in range(CHATTY_STATUSES):
+            await emit(repeated)  # the same event: same message id, same timestamp
+        await emit(
+            _chunk(context, str(uuid.uuid4()), "assistant-output", CHATTY_TEXT, last_chunk=True)
+        )
+        await emit(_status(context, TaskState.TASK_STATE_COMPLETED, "done: chatty"))
 
 
 _Emit = Callable[[Event], Awaitable[None]]

@@ -47,15 +47,31 @@ Routes: ``POST /agents/<scenario>`` takes a `RunAgentInput` (validated with the 
 - ``auth``: 401 unless ``Authorization: Bearer test-token``; then like a short ``stream``.
 - ``crlf``: like ``stream``, framed with CRLF line endings (legal SSE, sse-starlette's default).
 
+Fault scenarios for the soak (`web/soak.py`):
+
+- ``drop``: RUN_STARTED, a text message's start and one delta (``DROP_TEXT``), then the
+  connection is aborted mid-body (the chunked response never ends: a transport error).
+- ``slow``: RUN_STARTED, one text message of ``SLOW_DELTAS`` deltas ``SLOW_STEP_S`` apart
+  (``slow_text()``), RUN_FINISHED ``done: slow``.
+- ``chatty``: RUN_STARTED, the ``bigtext`` message, then the remote's own subagent
+  ``thinker`` reports ``CHATTY_STEPS`` identical STEP_STARTED ``think`` events in a row (one
+  repeated state: what a slow reader's buffer may fold) and finishes, then the text
+  ``chatty done.``, RUN_FINISHED (``chatty_text()``: the delegation's own text).
+- ``bigtext``: RUN_STARTED, one text message of ``BIG_DELTAS`` deltas of ``BIG_DELTA_CHARS``
+  characters (``big_text()``), RUN_FINISHED.
+- ``oversized``: RUN_STARTED, a text message whose one delta frame is ``OVERSIZED_BYTES``
+  (above the engine's 4 MiB frame bound), then the stream stays open until the client leaves.
+
 Recording at ``GET /_test/log``::
 
-    {"runs": [...], "stops": [...], "disconnects": [...]}
+    {"runs": [...], "stops": [...], "disconnects": [...], "running": [...]}
 
 - runs: ``scenario``, ``input`` (the RunAgentInput as received, JSON), ``x_headers`` (every
   ``x-*`` header), ``authorization_present``, ``accept``, ``time``.
 - stops: ``scenario``, ``body``, ``path``, ``authorization_present``, ``x_headers``,
   ``found`` (this server ran a run with that id, running or not), ``time``.
 - disconnects: ``scenario``, ``run_id``, ``time`` (the client closed a stream still running).
+- running: the run ids still waiting to be stopped or left (``hang``, ``stubborn``, ...).
 
 The Authorization value itself is never recorded.
 """
@@ -132,8 +148,39 @@ SCENARIOS = (
     "nested_interrupt",
     "auth",
     "crlf",
+    "drop",
+    "slow",
+    "chatty",
+    "bigtext",
+    "oversized",
 )
 TOKEN = "test-token"
+DROP_TEXT = "before the drop"
+SLOW_DELTAS = 20
+SLOW_STEP_S = 0.02
+CHATTY_STEPS = 40
+CHATTY_TEXT = "chatty done."
+BIG_DELTAS = 256
+BIG_DELTA_CHARS = 256
+OVERSIZED_BYTES = 5 << 20
+
+
+def slow_text() -> list[str]:
+    return [f"slow {n}; " for n in range(SLOW_DELTAS)]
+
+
+def big_text() -> list[str]:
+    return [f"{n:04d}" + chr(ord("a") + n % 26) * (BIG_DELTA_CHARS - 4) for n in range(BIG_DELTAS)]
+
+
+def chatty_text() -> str:
+    return "".join(big_text()) + CHATTY_TEXT
+
+
+class _Abort(Exception):
+    """Raised inside a stream to abort its connection mid-body (the ``drop`` scenario)."""
+
+
 INTERRUPT_IDS = ("approve-delete", "confirm-scope")
 
 log = logging.getLogger("agui_app")
@@ -150,7 +197,12 @@ class Recorder:
         self.known: set[str] = set()
 
     def snapshot(self) -> dict[str, Any]:
-        return {"runs": self.runs, "stops": self.stops, "disconnects": self.disconnects}
+        return {
+            "runs": self.runs,
+            "stops": self.stops,
+            "disconnects": self.disconnects,
+            "running": sorted(self.running),
+        }
 
     def reset(self) -> None:
         self.runs.clear()
@@ -335,6 +387,45 @@ class Agent:
             ]
         elif scenario == "nested_interrupt":
             events = self._nested_interrupt(run, started)
+        elif scenario == "drop":
+            yield self.frame(started)
+            yield self.frame(TextMessageStartEvent(message_id="m1", role="assistant"))
+            yield self.frame(TextMessageContentEvent(message_id="m1", delta=DROP_TEXT))
+            await asyncio.sleep(0.05)  # let the frames reach the client before the abort
+            raise _Abort("the soak's stream drop")
+        elif scenario == "slow":
+            yield self.frame(started)
+            yield self.frame(TextMessageStartEvent(message_id="m1", role="assistant"))
+            for delta in slow_text():
+                await asyncio.sleep(SLOW_STEP_S)
+                yield self.frame(TextMessageContentEvent(message_id="m1", delta=delta))
+            yield self.frame(TextMessageEndEvent(message_id="m1"))
+            yield self.frame(
+                RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id, result="done: slow")
+            )
+            return
+        elif scenario == "chatty":
+            events = [
+                started,
+                *_text("m0", *big_text()),
+                SubagentStartedEvent(subagent_run_id="thinker-1", name="thinker"),
+                *(
+                    StepStartedEvent(step_name="think", subagent_run_id="thinker-1")
+                    for _ in range(CHATTY_STEPS)
+                ),
+                StepFinishedEvent(step_name="think", subagent_run_id="thinker-1"),
+                SubagentFinishedEvent(subagent_run_id="thinker-1"),
+                *_text("m1", CHATTY_TEXT),
+                finished,
+            ]
+        elif scenario == "bigtext":
+            events = [started, *_text("m1", *big_text()), finished]
+        elif scenario == "oversized":
+            yield self.frame(started)
+            yield self.frame(TextMessageStartEvent(message_id="m1", role="assistant"))
+            yield self.frame(TextMessageContentEvent(message_id="m1", delta="x" * OVERSIZED_BYTES))
+            await self._wait(run, scenario)
+            return
         else:  # pragma: no cover - routed only for known scenarios
             raise ValueError(scenario)
         for event in events:
