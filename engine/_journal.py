@@ -14,7 +14,11 @@ subscribers. The rules, enforced here so no producer can break them:
 Storage is a seam (`JournalStore`): the in-memory `MemoryJournalStore` keeps a bounded replay
 window (events and bytes) plus every critical event beyond it, so a reader whose cursor fell out
 of the window gets explicit `stream.gap` markers interleaved with the starts and terminals it
-would otherwise miss. A durable store (Redis Streams) implements the same two async methods.
+would otherwise miss. Beyond the window it also keeps what opens and closes the things a viewer
+holds open (each text message, reasoning message, tool call and nested subagent: its first
+event, its end, a tool call's result), so a viewer resuming at any cursor can be brought back
+to exactly what it had open, and is given every close it missed. A durable store (Redis
+Streams) implements the same two async methods.
 
 Subscribers each read through their own `LaneBuffer`. Fan-out never waits: when a reader's
 buffer refuses an entry, that reader alone drops back to reading the store from its own cursor
@@ -62,6 +66,90 @@ _RETAINED_KINDS: Final = frozenset(
     if lane_of(kind) == CRITICAL
 )
 
+#: Kinds that open, carry or close a thing a viewer holds open: (family, role). The first event
+#: of each thing (an explicit start, or content that opens it implicitly) and its closes are
+#: kept beyond the window (`_Lifecycles`).
+_ENTITY_ROLES: Final[dict[str, tuple[str, str]]] = {
+    Kind.TEXT_START: ("text", "open"),
+    Kind.TEXT_DELTA: ("text", "content"),
+    Kind.TEXT_END: ("text", "close"),
+    Kind.PARENT_TEXT_START: ("text", "open"),
+    Kind.PARENT_TEXT_DELTA: ("text", "content"),
+    Kind.PARENT_TEXT_END: ("text", "close"),
+    Kind.REASONING_START: ("reasoning", "open"),
+    Kind.REASONING_DELTA: ("reasoning", "content"),
+    Kind.REASONING_END: ("reasoning", "close"),
+    Kind.PARENT_REASONING_START: ("reasoning", "open"),
+    Kind.PARENT_REASONING_DELTA: ("reasoning", "content"),
+    Kind.PARENT_REASONING_END: ("reasoning", "close"),
+    Kind.TOOL_CALL_START: ("tool", "open"),
+    Kind.TOOL_CALL_ARGS: ("tool", "content"),
+    Kind.TOOL_CALL_END: ("tool", "end"),
+    Kind.TOOL_CALL_RESULT: ("tool", "close"),
+    Kind.PARENT_TOOL_CALL_START: ("tool", "open"),
+    Kind.PARENT_TOOL_CALL_ARGS: ("tool", "content"),
+    Kind.PARENT_TOOL_CALL_END: ("tool", "end"),
+    Kind.PARENT_TOOL_CALL_RESULT: ("tool", "close"),
+}
+
+
+#: Events with a `nested_id` that do not open that nested subagent (a fold marker is shown as
+#: its ancestor's).
+_NOT_OPENING_NESTED: Final = frozenset({Kind.NESTED_FOLDED, *Kind.NESTED_TERMINALS})
+
+
+class _Lifecycles:
+    """Which entries leaving the window must be kept so that replaying what a store still holds
+    rebuilds what a viewer had open at any cursor: the first event of every text message,
+    reasoning message, tool call and nested subagent (whatever kind opened it), the events that
+    close or end them, and tool results. Fed the evicted entries in cursor order; remembers only
+    the things still open at the window's start (an ended delegation, nested subagent or run
+    closes everything it held)."""
+
+    def __init__(self) -> None:
+        self._open: set[tuple[object, ...]] = set()  # things open as of the window's start
+
+    def keep(self, event: DelegationEvent) -> bool:
+        kind = event.kind
+        did = event.delegation_id or None
+        nested = event.nested_id
+        try:
+            keep = False
+            if nested is not None and kind not in _NOT_OPENING_NESTED:
+                # A nested subagent's first event opens it (announced if it was no start).
+                subagent = ("nested", did, nested)
+                if subagent not in self._open:
+                    self._open.add(subagent)
+                    keep = True
+            role = _ENTITY_ROLES.get(kind)
+            if role is not None:
+                family, action = role
+                ident = event.tool_call_id if family == "tool" else event.message_id
+                thing = (family, did, nested, ident or "")
+                if action == "content":
+                    if thing not in self._open:
+                        self._open.add(thing)
+                        keep = True
+                elif action == "open":
+                    self._open.add(thing)
+                    keep = True
+                elif action == "end":
+                    keep = True  # the call stays known (its result may follow)
+                else:
+                    self._open.discard(thing)
+                    keep = True
+            elif kind in Kind.DELEGATION_TERMINALS:
+                self._open = {t for t in self._open if t[1] != did}
+            elif kind in Kind.NESTED_TERMINALS:
+                self._open = {t for t in self._open if t[2] != nested}
+                keep = True
+            elif kind in Kind.RUN_TERMINALS and did is None:
+                self._open.clear()
+            return keep
+        except TypeError:  # an unhashable id: keep the entry rather than guess
+            return True
+
+
 #: How many entries a catching-up reader pulls from the store at a time.
 CATCH_UP_CHUNK: Final = 512
 
@@ -108,6 +196,7 @@ class MemoryJournalStore:
         self._first_cursor = 1  # cursor of the oldest entry still in the window
         self._critical: list[JournalEntry] = []  # criticals evicted from the window, by cursor
         self._critical_cursors: list[int] = []
+        self._lifecycles = _Lifecycles()
         self.evicted = 0
 
     async def append(self, entries: Sequence[JournalEntry]) -> None:
@@ -136,8 +225,11 @@ class MemoryJournalStore:
             size -= 1
         if stop == start:
             return
+        keep = self._lifecycles.keep
         for entry in window[start:stop]:
-            if entry.event.kind in _RETAINED_KINDS:
+            event = entry.event
+            # Both checks for every entry: `keep` also follows what the window's start has open.
+            if keep(event) or event.kind in _RETAINED_KINDS:
                 self._critical.append(entry)
                 self._critical_cursors.append(entry.cursor)
         overflow = len(self._critical) - self.max_retained_critical

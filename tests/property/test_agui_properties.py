@@ -266,6 +266,128 @@ def test_replaying_a_prefix_then_continuing_gives_the_same_bytes(
         assert [encoder.feed(entry) for entry in entries[cut:]] == whole[cut:]
 
 
+def journaled_live(
+    events: list[DelegationEvent], window: int
+) -> tuple[list[JournalEntry], MemoryJournalStore]:
+    """Every entry the journal accepted (what a live viewer reads) and the store afterwards,
+    whose tiny window has long moved past most of them."""
+
+    async def run() -> list[JournalEntry]:
+        journal = RunJournal(RUN, store=store)
+        accepted: list[JournalEntry] = []
+        for event in events:
+            if not journal.ended:
+                accepted += await journal.append_entries([JournalEntry(event)])
+        return accepted
+
+    store = MemoryJournalStore(RUN, max_events=window)
+    return trio.run(run), store
+
+
+@settings(max_examples=150, deadline=None)
+@given(scripts(), st.sampled_from((1, 4, 16)), st.data())
+def test_a_viewer_resuming_after_the_window_moved_on_gets_a_valid_stream(
+    events: list[DelegationEvent], window: int, data: st.DataObject
+) -> None:
+    """A viewer read the run live up to a cursor, then resumed there (Last-Event-ID) after the
+    window moved on: the server rebuilds its encoder from what the store still holds up to that
+    cursor and streams the rest, gap markers included. Spliced at the cut, the viewer's stream
+    passes the checker: nothing it had open is opened again, nothing is left open (soak
+    finding 2: the store kept too little to rebuild what the viewer had open)."""
+    live, store = journaled_live(events, window)
+    cut = data.draw(st.sampled_from([entry.cursor for entry in live]))
+    for mode in MODES:
+        violations = _resumed_violations(live, store, cut, mode)
+        assert not violations, f"{mode}, cut at {cut}:\n" + "\n".join(map(str, violations))
+
+
+def _resumed_violations(
+    live: list[JournalEntry], store: MemoryJournalStore, cut: int, mode: str
+) -> list[Any]:
+    """The checker's verdict on a viewer's stream read live up to `cut`, then resumed there
+    from `store` as the server resumes a viewer (`web.server.open_stream`)."""
+    viewer = AguiStreamEncoder("thread-p", RUN, mode, strict=True)
+    first = b"".join(viewer.feed(entry) for entry in live if entry.cursor <= cut)
+    resumed = AguiStreamEncoder("thread-p", RUN, mode, strict=True)
+    for entry in store.read_after_nowait(0, cut):
+        if entry.cursor > cut:  # a gap marker standing for cursors past the cut
+            break
+        resumed.feed(entry)
+    second = b"".join(resumed.feed(entry) for entry in store.read_after_nowait(cut, len(live)))
+    return check_frames(parse_sse(first) + parse_sse(second))
+
+
+def _filler(count: int) -> list[DelegationEvent]:
+    """Parent text that pushes everything before it out of a tiny window."""
+    return [
+        DelegationEvent(kind=Kind.PARENT_TEXT_DELTA, run_id=RUN, message_id="filler", delta="x")
+        for _ in range(count)
+    ]
+
+
+_DELEGATION: Final = {"run_id": RUN, "delegation_id": "d1", "agent_key": "a"}
+#: Runs where one kind of lifecycle entry must outlive the window for a resume at `cut` (the
+#: viewer saw it) to be spliced soundly: (name, events, cut).
+_LIFECYCLE_CASES: Final = [
+    (
+        "a message's end the viewer saw",
+        [
+            DelegationEvent(kind=Kind.RUN_STARTED, run_id=RUN),
+            DelegationEvent(kind=Kind.PARENT_TEXT_START, run_id=RUN, message_id="m1"),
+            DelegationEvent(kind=Kind.PARENT_TEXT_DELTA, run_id=RUN, message_id="m1", delta="a"),
+            DelegationEvent(kind=Kind.PARENT_TEXT_END, run_id=RUN, message_id="m1"),
+            *_filler(10),
+            DelegationEvent(kind=Kind.RUN_FINISHED, run_id=RUN),
+        ],
+        5,
+    ),
+    (
+        "a tool call's end the viewer saw, its result after the cut",
+        [
+            DelegationEvent(kind=Kind.RUN_STARTED, run_id=RUN),
+            DelegationEvent(
+                kind=Kind.PARENT_TOOL_CALL_START, run_id=RUN, tool_call_id="c1", tool_name="t"
+            ),
+            DelegationEvent(
+                kind=Kind.PARENT_TOOL_CALL_ARGS, run_id=RUN, tool_call_id="c1", delta="{}"
+            ),
+            DelegationEvent(kind=Kind.PARENT_TOOL_CALL_END, run_id=RUN, tool_call_id="c1"),
+            *_filler(10),
+            DelegationEvent(kind=Kind.PARENT_TOOL_CALL_RESULT, run_id=RUN, tool_call_id="c1"),
+            DelegationEvent(kind=Kind.RUN_FINISHED, run_id=RUN),
+        ],
+        8,
+    ),
+    (
+        "a nested subagent its first status opened",
+        [
+            DelegationEvent(kind=Kind.RUN_STARTED, run_id=RUN),
+            DelegationEvent(kind=Kind.STARTED, **_DELEGATION),
+            DelegationEvent(kind=Kind.STATUS, status="working", nested_id="d1/n1", **_DELEGATION),
+            *_filler(10),
+            DelegationEvent(
+                kind=Kind.TEXT_DELTA, message_id="m", delta="b", nested_id="d1/n1", **_DELEGATION
+            ),
+            DelegationEvent(kind=Kind.RUN_FINISHED, run_id=RUN),
+        ],
+        8,
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "events", "cut"), _LIFECYCLE_CASES, ids=[c[0] for c in _LIFECYCLE_CASES]
+)
+def test_what_a_resumed_viewer_had_open_outlives_the_window(
+    name: str, events: list[DelegationEvent], cut: int
+) -> None:
+    live, store = journaled_live(events, 4)
+    assert store.first_cursor > cut  # the cut is out of the window: a gap resume
+    for mode in MODES:
+        violations = _resumed_violations(live, store, cut, mode)
+        assert not violations, f"{name}, {mode}:\n" + "\n".join(map(str, violations))
+
+
 @settings(max_examples=100, deadline=None)
 @given(scripts())
 def test_every_delta_arrives_whole_where_nothing_was_lost(events: list[DelegationEvent]) -> None:

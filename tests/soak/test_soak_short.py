@@ -17,7 +17,6 @@ import pytest
 from adapters.agui import AguiStreamEncoder
 from engine import DelegationEvent, JournalEntry, Kind, MemoryJournalStore, RunJournal
 from web.soak import (
-    FINDING_RESUME_ACROSS_GAP,
     SSE_VIEWER_KINDS,
     VIEWER_KINDS,
     SoakConfig,
@@ -42,10 +41,8 @@ FIXED_SEED = 20261203
 FIXED_RUNS = 32
 RANDOM_RUNS = 16
 CONCURRENCY = 6
-#: Finding 1 (a timing race, tests/soak/test_soak_findings.py) is reported, not failed on:
-#: remove this once that xfail passes.
-#: Soak finding 2 (open, strict xfail in test_soak_findings.py) is reported, not failed on.
-TOLERATE: frozenset[str] = frozenset({FINDING_RESUME_ACROSS_GAP})
+#: Findings reported as KNOWN rather than failed on while they are being fixed: none open.
+TOLERATE: frozenset[str] = frozenset()
 
 
 def _check(report: SoakReport) -> None:

@@ -532,8 +532,9 @@ async def test_old_cursor_gets_gap_markers_around_retained_critical_events(
 
     cursors = [e.cursor for e in seen]
     assert cursors == sorted(set(cursors))
-    assert [(e.cursor, e.event.kind) for e in seen[:5]] == [
+    assert [(e.cursor, e.event.kind) for e in seen[:6]] == [
         (2, Kind.STARTED),
+        (3, Kind.TEXT_DELTA),  # the first event of d1's message m1 opened it: kept
         (4, Kind.GAP),
         (5, Kind.STARTED),
         (6, Kind.GAP),
@@ -541,16 +542,18 @@ async def test_old_cursor_gets_gap_markers_around_retained_critical_events(
     ]
     gaps = [e.event.dropped for e in seen if e.event.kind == Kind.GAP]
     assert [(g.reason, g.first_cursor, g.last_cursor, g.count) for g in gaps] == [
-        ("replay_gap", 3, 4, 2),
+        ("replay_gap", 4, 4, 1),
         ("replay_gap", 6, 6, 1),
     ]
     assert all(e.event.run_id == RUN for e in seen)
-    # The retained critical entries are the very ones produced.
+    # The retained entries are the very ones produced.
     assert seen[0] is produced[1]
-    assert seen[2] is produced[4]
-    assert seen[4] is produced[6]
+    assert seen[1] is produced[2]
+    assert seen[3] is produced[4]
+    assert seen[5] is produced[6]
     # Everything still in the window follows, text intact.
-    assert [e.cursor for e in seen[5:]][-1] == 12
+    assert [e.cursor for e in seen[6:]][-1] == 12
+    assert delivered_text(seen, "d1", "m1") == "a"
     assert delivered_text(seen, "d2", "m1") == "cdefg"
 
 
@@ -589,9 +592,15 @@ async def test_window_bounded_in_bytes(autojump_clock: trio.abc.Clock) -> None:
     assert store.first_cursor == 5
     assert store.window_bytes <= store.max_bytes
     seen = await receive_available(journal.subscribe(after=1))
-    assert [e.event.kind for e in seen] == [Kind.GAP, Kind.PARENT_TEXT_DELTA]
-    assert seen[0].event.dropped is not None
-    assert seen[0].event.dropped.count == 3
+    # The message's first delta (cursor 2) opened it and outlives the window.
+    assert [e.event.kind for e in seen] == [
+        Kind.PARENT_TEXT_DELTA,
+        Kind.GAP,
+        Kind.PARENT_TEXT_DELTA,
+    ]
+    assert seen[0].cursor == 2
+    assert seen[1].event.dropped is not None
+    assert seen[1].event.dropped.count == 2
 
 
 # -- slow subscribers and fan-out ------------------------------------------------------------
@@ -689,3 +698,21 @@ async def test_fifty_subscribers_receive_the_same_cursor_sequence(
     expected = list(range(1, journal.head + 1))
     assert journal.head == 34
     assert all(result == expected for result in results)
+
+
+async def test_the_store_forgets_what_ended_delegations_held_open(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    # Beyond the window the store follows what is still open (to keep each thing's first
+    # event); an ended delegation holds nothing any more, so only the live one's things remain.
+    store = MemoryJournalStore(RUN, max_events=2)
+    journal = RunJournal(RUN, store=store)
+    events = [run_started()]
+    for d in ("d1", "d2", "d3"):
+        events += [started(d), text(d, "never closed", message=f"{d}-m")]
+    events += [event(Kind.FINISHED, "d1"), event(Kind.FAILED, "d2")]
+    events += [text(None, "filler") for _ in range(4)]
+    await append_all(journal, events)
+    assert store.first_cursor > 9  # both terminals left the window
+    held = store._lifecycles._open
+    assert {thing[1] for thing in held} == {"d3", None}
