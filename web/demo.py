@@ -623,7 +623,13 @@ def _announce(
 async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
     """Start the remotes, serve the page until SIGINT/SIGTERM, stop everything."""
     from web.serve import _page
-    from web.server import create_app, default_encoder_factory, open_host, serve_app
+    from web.server import (
+        create_app,
+        default_encoder_factory,
+        freeze_startup_objects,
+        open_host,
+        serve_app,
+    )
 
     serving = False
     stop = trio.Event()
@@ -652,6 +658,7 @@ async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
                         ) as url:
                             _announce(plan, url, mcp.base_url, running, out)
                             serving = True
+                            freeze_startup_objects()
                             await stop.wait()
                             print(
                                 "stopping: cancelling every run, then the remote agents", file=out

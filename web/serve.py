@@ -20,7 +20,14 @@ import trio
 
 from web.config import ConfigError, HostConfig, load_config, parse_config
 from web.demo import demo_agents
-from web.server import ParentAgent, create_app, default_encoder_factory, open_host, serve_app
+from web.server import (
+    ParentAgent,
+    create_app,
+    default_encoder_factory,
+    freeze_startup_objects,
+    open_host,
+    serve_app,
+)
 
 __all__ = ["serve_main"]
 
@@ -44,6 +51,7 @@ async def _serve(config: HostConfig, host: str | None, port: int | None, out: Te
                 file=out,
             )
             out.flush()
+            freeze_startup_objects()
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                 async for _ in signals:
                     print("stopping: cancelling every run", file=out)
