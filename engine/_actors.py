@@ -840,6 +840,8 @@ class DelegationActor:
     async def _cancel_remote(self) -> str:
         if self._session is None or not self._sent_task:
             return RemoteCancel.NOT_NEEDED
+        if getattr(self._session, "remote_may_run", True) is False:
+            return RemoteCancel.NOT_NEEDED  # refused, or its stream already carried its end
         if not self.spec.target.capabilities.cancel:
             return RemoteCancel.UNSUPPORTED
         confirmed = False

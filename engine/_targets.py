@@ -129,7 +129,10 @@ class TargetSession(Protocol):
     from streaming to polling (e.g. the remote refused a streaming send), and the actor polls.
     A `card_fingerprint` attribute (read when the session opens) goes on the result even when
     the delegation fails before its first update; an `agent_name` attribute (the remote's own
-    name, e.g. from its card) names the subagent when the host gave no display name."""
+    name, e.g. from its card) names the subagent when the host gave no display name. A
+    `remote_may_run` attribute, read when the delegation is to be cancelled, False means the
+    remote task or run cannot be running (it refused the task, or its stream already carried
+    its end): nothing is sent and the result says `remote_cancel: not_needed`."""
 
     async def start(self, emit: Emit) -> None:
         """Send the task. Streaming: emit progress until the remote stream ends. Otherwise:

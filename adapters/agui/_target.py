@@ -9,6 +9,14 @@ updates, answers an interrupt with the remote's resume run (`RunAgentInput.resum
 interrupt, same thread), and cancels by closing the stream and, when the host configured one,
 POSTing the agent's stop endpoint. It only moves bytes; what they mean is the mapper's business.
 
+A stop is sent only while a remote run may still be running (`remote_may_run`): from the moment a
+`RunAgentInput` goes out until the remote refused it (an error answer, or no connection: no
+stream, no run) or its stream reached the run's end (RUN_FINISHED, RUN_ERROR, an interrupt). A
+run the engine left itself (a malformed or oversized frame, `output_too_large`, a timeout, a
+cancel) or whose stream ended or dropped without a terminal may still be running: that one is
+stopped. A cancel with nothing to stop is confirmed at once, as the A2A target confirms a task
+that already ended: the remote holds no running run for this delegation.
+
 For the engine an AG-UI agent is just another target: `delegate_to_agent` cannot tell it from an
 A2A agent. What AG-UI cannot do is said through `capabilities`: it has no resumption (no
 resubscribe, no poll: a dropped stream is `stream_interrupted`), and without `stop_url` a remote
@@ -169,10 +177,24 @@ class _AguiSession:
         # the user message and the remote's finished assistant messages.
         self._replies: dict[str, tuple[str, list[str]]] = {}
         self._conversation: list[dict[str, Any]] = []
+        #: The last `RunAgentInput` went out and the remote did not refuse it (see
+        #: `remote_may_run`, which adds whether its stream ended the run).
+        self._sent = False
 
     @property
     def remote_run_id(self) -> str | None:
         return self._mapper.run_id
+
+    @property
+    def remote_may_run(self) -> bool:
+        """Whether the last run sent may still be running at the remote (a stop is needed).
+
+        False before anything was sent, after the remote refused the run (an error answer to
+        the POST, or no connection), and once its stream ended it (RUN_FINISHED, RUN_ERROR, or
+        an interrupt outcome: the resume is a new run). True otherwise, including after we left
+        the stream ourselves or it ended without a terminal."""
+        mapper = self._mapper
+        return self._sent and mapper.terminal is None and not mapper.suspended
 
     # -- requests -----------------------------------------------------------------------------
 
@@ -214,6 +236,8 @@ class _AguiSession:
 
     async def _run(self, body: dict[str, Any], emit: Emit, doing: str) -> None:
         target = self._target
+        # From here the remote may hold a run, even if we are cancelled before its answer.
+        self._sent = True
         try:
             async with target._http.stream(
                 "POST", target.config.url, json=body, headers=self._headers()
@@ -234,6 +258,8 @@ class _AguiSession:
                 if self._mapper.error is not None:
                     raise self._mapper.error
         except httpx.HTTPError as exc:
+            if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+                self._sent = False  # no connection: the request never reached the remote
             started = self._mapper.run_id is not None and not self._mapper.done
             code = ErrorCode.STREAM_INTERRUPTED if started else ErrorCode.AGENT_UNAVAILABLE
             detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
@@ -242,6 +268,7 @@ class _AguiSession:
     async def _check_response(self, response: httpx.Response, doing: str) -> None:
         status = response.status_code
         if status >= 400:
+            self._sent = False  # refused: no stream, no run to stop
             body = b""
             # Bounded in size and time; left by cancellation like the stream (no `break`).
             with trio.move_on_after(self._target.config.request_timeout) as reading:
@@ -318,11 +345,15 @@ class _AguiSession:
         )
 
     async def cancel(self) -> bool:
-        """POST the stop endpoint; True once the remote answered 2xx. The stream itself is
-        already closed: the actor cancelled the scope that read it."""
+        """POST the stop endpoint while the remote run may still be running; True once the
+        remote answered 2xx, or at once when there is nothing to stop (nothing sent, the run
+        refused, or it already ended: `remote_may_run`). The stream itself is closed by the
+        actor cancelling the scope that read it."""
+        if not self.remote_may_run:
+            return True  # nothing running there: nothing to stop
         stop_url = self._target.config.stop_url
         if stop_url is None or self.run_id is None:
-            return self.run_id is None  # nothing sent is nothing to stop
+            return False
         run_id = self._mapper.run_id or self.run_id
         thread_id = self._mapper.thread_id or self.thread_id
         url = stop_url.replace("{thread_id}", quote(thread_id, safe="")).replace(

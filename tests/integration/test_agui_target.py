@@ -9,11 +9,14 @@ Assertions are on what the engine journaled and returned *and* on what the remot
 
 from __future__ import annotations
 
+import socket
 import sys
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import attrs
 import httpx
 import pytest
 import trio
@@ -32,6 +35,7 @@ from engine import (
     ContextPolicy,
     DelegationPolicy,
     DelegationRequest,
+    DelegationTask,
     Engine,
     ErrorCode,
     InputRequiredMode,
@@ -535,6 +539,165 @@ async def test_a_refused_stop_is_cancel_pending(agui_server: AguiServer) -> None
     assert result.status == Status.CANCELLED
     assert result.remote_cancel == RemoteCancel.PENDING
     assert agui_server.stops(result.remote_task_id)
+
+
+# -- when the remote run needs a stop -------------------------------------------------------------
+#
+# A stop goes to the remote only while its run may still be running: not once the run ended there
+# (RUN_FINISHED, RUN_ERROR, an interrupt outcome) or was refused (an error answer, no stream);
+# always when we left a live stream ourselves (our limits, a timeout, a cancel) or the stream
+# ended without a terminal. Stops are matched by the delegation id their body carries, so even a
+# refused run (which the remote does not record) is covered.
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def stops_of(server: AguiServer, delegation_id: str) -> list[dict[str, Any]]:
+    return [
+        s for s in server.log()["stops"] if (s["body"] or {}).get("delegationId") == delegation_id
+    ]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "options", "code", "remote_cancel"),
+    [
+        # RUN_ERROR: the remote's terminal ends the delegation; the engine has nothing to cancel.
+        ("error", {}, ErrorCode.REMOTE_FAILED, None),
+        # 401: the remote refused the run before it started (no stream, no run).
+        ("auth", {"token": "wrong"}, ErrorCode.REMOTE_REJECTED, RemoteCancel.NOT_NEEDED),
+        # RUN_FINISHED with an interrupt the policy refuses: the remote's run already ended.
+        ("interrupt", {}, ErrorCode.INPUT_REQUIRED_UNSUPPORTED, RemoteCancel.NOT_NEEDED),
+        # No connection: the RunAgentInput never reached the remote.
+        ("unreachable", {}, ErrorCode.AGENT_UNAVAILABLE, RemoteCancel.NOT_NEEDED),
+    ],
+)
+async def test_no_stop_for_a_remote_run_that_ended_or_never_started(
+    agui_server: AguiServer, scenario: str, options: dict[str, Any], code: str, remote_cancel: str
+) -> None:
+    agent = agui_agent(agui_server, "stream" if scenario == "unreachable" else scenario, **options)
+    if scenario == "unreachable":  # the same stop endpoint, but nothing listens at `url`
+        config = agent.target.config  # type: ignore[attr-defined]
+        url = f"http://127.0.0.1:{closed_port()}/agents/stream"
+        agent = attrs.evolve(agent, target=AguiTarget(attrs.evolve(config, url=url)))
+    result, _ = await delegate(agent)
+    assert result.error is not None and result.error.code == code, result.error
+    # Nothing runs at the remote for this delegation: confirmed (as the A2A target confirms a
+    # task that already ended), never cancel_pending, and no stop request.
+    assert result.remote_cancel == remote_cancel
+    assert stops_of(agui_server, result.delegation_id) == []
+
+
+async def test_no_stop_for_an_interrupted_run_cancelled_while_it_waits_for_an_answer(
+    agui_server: AguiServer,
+) -> None:
+    agent = agui_agent(agui_server, "interrupt", input_required=InputRequiredMode.SURFACE)
+    async with Engine([agent]) as eng, eng.open_run() as run:
+        handle = run.start_delegation(DelegationRequest(agent="remote", objective="x"))
+        async with run.events() as events:
+            async for entry in events:
+                if entry.event.kind == Kind.INPUT_REQUIRED:
+                    break
+        handle.cancel("the user walked away")
+        result = await handle.wait()
+    await agent.target.aclose()  # type: ignore[attr-defined]
+    assert result.status == Status.CANCELLED
+    assert result.remote_cancel == RemoteCancel.NOT_NEEDED  # the run ended with its interrupt
+    assert stops_of(agui_server, result.delegation_id) == []
+
+
+@pytest.mark.parametrize(
+    ("scenario", "policy", "code"),
+    [
+        # Our own limits ended a stream the remote kept open: its run may still be running.
+        ("oversized", {}, ErrorCode.MALFORMED_REMOTE_PAYLOAD),
+        ("badjson", {}, ErrorCode.MALFORMED_REMOTE_PAYLOAD),
+        ("hang", {"max_text_chars": 5}, ErrorCode.OUTPUT_TOO_LARGE),
+        ("hang", {"timeout": 0.5}, ErrorCode.REMOTE_TIMEOUT),
+        # The stream ended or dropped without a terminal: the remote may still be running.
+        ("noterminal", {}, ErrorCode.STREAM_INTERRUPTED),
+        ("drop", {}, ErrorCode.STREAM_INTERRUPTED),
+    ],
+)
+async def test_a_run_we_left_without_its_terminal_is_stopped_once(
+    agui_server: AguiServer, scenario: str, policy: dict[str, Any], code: str
+) -> None:
+    timeout = policy.pop("timeout", None)
+    agent = agui_agent(agui_server, scenario, cancel_retry_window=0.0, **policy)
+    with trio.fail_after(20):
+        result, _ = await delegate(agent, timeout_seconds=timeout)
+    assert result.error is not None and result.error.code == code, result.error
+    assert result.remote_cancel == RemoteCancel.CONFIRMED
+    (stop,) = stops_of(agui_server, result.delegation_id)
+    assert stop["found"] and stop["body"]["runId"] == result.remote_task_id
+    assert stop["path"].endswith(f"/agents/{scenario}/stop")
+    assert result.remote_task_id not in agui_server.log()["running"]
+
+
+# The engine calls `cancel()` whenever it ends a delegation without the remote's terminal, and a
+# cancel may land after the stream already carried the run's end (the soak's run stops race the
+# streams). Driving the session itself makes that order deterministic.
+
+
+def open_session(server: AguiServer, scenario: str) -> Any:
+    target = AguiTarget(
+        AguiAgentConfig(url=server.url(scenario), stop_url=server.stop_url(scenario))
+    )
+    task = DelegationTask(
+        run_id="run-direct",
+        delegation_id=f"del-{uuid.uuid4().hex}",
+        agent_key="remote",
+        request=DelegationRequest(agent="remote", objective="x"),
+        policy=DelegationPolicy(),
+        timeout=10.0,
+        stream=True,
+    )
+    return target, task, target.open_session(task, None)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("scenario", "last"), [("error", Kind.FAILED), ("stream", Kind.FINISHED)])
+async def test_a_cancel_after_the_remotes_terminal_sends_no_stop(
+    agui_server: AguiServer, scenario: str, last: str
+) -> None:
+    target, task, session = open_session(agui_server, scenario)
+    updates: list[Any] = []
+
+    async def emit(update: Any) -> None:
+        updates.append(update)
+
+    try:
+        with trio.fail_after(10):
+            await session.start(emit)
+        assert updates[-1].kind == last
+        assert not session.remote_may_run
+        assert await session.cancel() is True  # nothing runs there: confirmed, nothing sent
+    finally:
+        await target.aclose()
+    assert stops_of(agui_server, task.delegation_id) == []
+
+
+async def test_a_cancel_of_a_live_run_sends_its_stop(agui_server: AguiServer) -> None:
+    target, task, session = open_session(agui_server, "hang")
+    try:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+
+                async def emit(update: Any) -> None:
+                    if update.kind == Kind.TEXT_DELTA:
+                        nursery.cancel_scope.cancel()  # as the actor leaves a stream
+
+                nursery.start_soon(session.start, emit)
+        assert session.remote_may_run
+        assert await session.cancel() is True
+    finally:
+        await target.aclose()
+    (stop,) = stops_of(agui_server, task.delegation_id)
+    assert stop["found"] and stop["body"]["runId"] == session.remote_run_id
 
 
 # -- side by side with A2A ------------------------------------------------------------------------
