@@ -98,6 +98,11 @@ _ENTITY_ROLES: Final[dict[str, tuple[str, str]]] = {
 _NOT_OPENING_NESTED: Final = frozenset({Kind.NESTED_FOLDED, *Kind.NESTED_TERMINALS})
 
 
+def _has_text(event: DelegationEvent) -> bool:
+    text = event.delta if event.delta is not None else event.text
+    return isinstance(text, str) and text != ""
+
+
 class _Lifecycles:
     """Which entries leaving the window must be kept so that replaying what a store still holds
     rebuilds what a viewer had open at any cursor: the first event of every text message,
@@ -128,8 +133,12 @@ class _Lifecycles:
                 thing = (family, did, nested, ident or "")
                 if action == "content":
                     if thing not in self._open:
-                        self._open.add(thing)
                         keep = True
+                        # Text without characters opens no message (viewers drop it); the first
+                        # that has some does, so until then each is kept. Any tool-call
+                        # argument event opens its call.
+                        if family == "tool" or _has_text(event):
+                            self._open.add(thing)
                 elif action == "open":
                     self._open.add(thing)
                     keep = True

@@ -359,6 +359,20 @@ _LIFECYCLE_CASES: Final = [
         8,
     ),
     (
+        "a message an empty delta did not open",
+        [
+            DelegationEvent(kind=Kind.RUN_STARTED, run_id=RUN),
+            DelegationEvent(kind=Kind.PARENT_REASONING_DELTA, run_id=RUN, message_id="r", delta=""),
+            *_filler(4),
+            DelegationEvent(
+                kind=Kind.PARENT_REASONING_DELTA, run_id=RUN, message_id="r", delta="a"
+            ),
+            *_filler(10),
+            DelegationEvent(kind=Kind.RUN_FINISHED, run_id=RUN),
+        ],
+        8,
+    ),
+    (
         "a nested subagent its first status opened",
         [
             DelegationEvent(kind=Kind.RUN_STARTED, run_id=RUN),
