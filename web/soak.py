@@ -17,8 +17,12 @@ About half the runs go through the bundled server (`web.server`: `create_app` ov
 run's plan), stopped with `POST /runs/<id>/stop`, answered with `POST /runs/<id>/answer`, and
 watched by httpx viewers of `GET /runs/<id>/events` (`_view_sse`) that connect late, read
 through a 4 KiB socket buffer, or cut the connection after a random number of bytes (mid-frame
-included) and resume with `Last-Event-ID`; AG-UI by default, the engine's envelope for
-`sse-engine`. The other viewers read the journal in-process (`_view`), as the server does.
+included) and resume with `Last-Event-ID`, and by trio-websocket viewers of `GET
+/runs/<id>/ws` (`_view_ws`) that connect late (and read slowly) or leave after a random number
+of messages (closing, or cutting the TCP connection) and resume with `?after=`. Every AG-UI
+viewer asks for a visibility mode drawn among `attributed`, `custom`, `inline` and `hidden`
+(`?mode=`); `sse-engine` reads the engine's envelope instead. The other viewers read the
+journal in-process (`_view`), as the server does.
 
 Accounting, per run (see `_account_run`), against what the journal store accepted (a recording
 `JournalStore` wrapped around the engine's `MemoryJournalStore`):
@@ -28,12 +32,18 @@ Accounting, per run (see `_account_run`), against what the journal store accepte
   or inside an announced `stream.gap`, or a status counted by a `stream.dropped` fold notice, or
   a text delta whose text reached the viewer merged into a later delta (the reassembled text of
   every message equals the accepted text minus what gaps announced); the run terminal seen;
-- every AG-UI viewer (`_account_agui_viewer`): its connections spliced where the server
-  resumes them (after the last `id:`; frames after it are sent again and counted) pass the
-  AG-UI checker; one run terminal, last, at the journal's head; every entry's frames arrived
-  under its cursor, or it is in an announced gap, or a status counted by a fold notice; the
-  TEXT_MESSAGE_CONTENT / REASONING_MESSAGE_CONTENT text per subagent equals the journaled text
-  outside gaps; every delegation announced once and ended once, as its journal terminal says;
+- every AG-UI viewer, SSE or WebSocket, in its mode (`_account_agui_viewer`): its
+  connections spliced where the server resumes them (after the last id; events after it are
+  sent again and counted) pass the AG-UI checker; one run terminal, last, at the journal's
+  head; every entry the mode shows (`_shown`) had its events arrive under its cursor, or it
+  is in an announced gap, or a status counted by a fold notice; the text of every message
+  where the mode puts it equals the journaled text outside gaps (`attributed`:
+  TEXT_MESSAGE_CONTENT / REASONING_MESSAGE_CONTENT tagged with the subagent; `inline`: the
+  same untagged, as the parent's; `custom`: the deltas of CUSTOM `subagent.text.delta` /
+  `subagent.reasoning.delta` values; `hidden`: none); nothing the mode hides shows
+  (`_mode_leak`); where the mode shows a lifecycle (`attributed`: SUBAGENT_*, `custom`:
+  CUSTOM `subagent.started` and terminals) every delegation announced once and ended once,
+  as its journal terminal says;
 - every delegation: exactly one terminal event and one recorded result, and they agree;
 - the text of every completed delegation equals what its agent sent;
 - every remote task of a never-ending scenario got a CancelTask (A2A) or a stop (AG-UI), or
@@ -61,14 +71,23 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any, Final, TextIO, cast
+from urllib.parse import urlencode
 
 import attrs
 import httpx
 import trio
 import trio.lowlevel
+from trio_websocket import ConnectionClosed, HandshakeError, open_websocket_url
 
 from adapters.a2a import A2AAgentConfig, A2ATarget
-from adapters.agui import AguiAgentConfig, AguiTarget, SseError, check_frames, parse_sse
+from adapters.agui import (
+    MODES,
+    AguiAgentConfig,
+    AguiTarget,
+    SseError,
+    check_frames,
+    parse_sse,
+)
 from adapters.inprocess import InProcessTarget, LocalTask
 from engine import (
     AgentSpec,
@@ -217,6 +236,13 @@ VIEWER_KINDS: Final = ("live", "late", "slow", "flaky")
 #: Viewers of runs started over HTTP (`POST /runs` on the bundled server), reading
 #: `GET /runs/<id>/events` with httpx: AG-UI unless `sse-engine` (`?format=engine`).
 SSE_VIEWER_KINDS: Final = ("sse-live", "sse-late", "sse-slow", "sse-flaky", "sse-engine")
+#: Viewers of runs started over HTTP reading `GET /runs/<id>/ws` with trio-websocket.
+WS_VIEWER_KINDS: Final = ("ws-late", "ws-flaky")
+HTTP_VIEWER_KINDS: Final = SSE_VIEWER_KINDS + WS_VIEWER_KINDS
+#: The viewers that read AG-UI events, each in a visibility mode drawn among `MODES`.
+AGUI_VIEWER_KINDS: Final = frozenset(HTTP_VIEWER_KINDS) - {"sse-engine"}
+#: A WebSocket message is one event: a 5 MiB artifact is one message.
+WS_MAX_MESSAGE: Final = 64 << 20
 _TERMINAL_KIND: Final[dict[str, str]] = {
     Status.COMPLETED: Kind.FINISHED,
     Status.INPUT_REQUIRED: Kind.FINISHED,
@@ -264,6 +290,8 @@ class SoakReport:
     faults: Counter[str] = attrs.field(factory=Counter)
     outcomes: Counter[str] = attrs.field(factory=Counter)
     viewer_kinds: Counter[str] = attrs.field(factory=Counter)
+    #: AG-UI viewers by transport (`sse`, `ws`) and visibility mode.
+    viewer_modes: Counter[str] = attrs.field(factory=Counter)
     #: Fold notices (`stream.dropped`, statuses folded) seen, by viewer kind.
     fold_notices: Counter[str] = attrs.field(factory=Counter)
     #: Remote cancels seen at the remotes: CancelTask (A2A) and stop (AG-UI) requests.
@@ -295,9 +323,10 @@ class SoakReport:
             ("events (journaled)", str(self.events)),
             ("viewers", f"{self.viewers} ({self.reconnects} reconnects)"),
             ("viewers by kind", _counts(self.viewer_kinds)),
+            ("AG-UI viewers by transport/mode", _counts(self.viewer_modes)),
             ("gap markers / fold notices seen", f"{self.gaps} / {self.folds}"),
             ("fold notices by viewer kind", _counts(self.fold_notices)),
-            ("AG-UI frames read / sent again", f"{self.sse_frames} / {self.resent_frames}"),
+            ("AG-UI events read / sent again", f"{self.sse_frames} / {self.resent_frames}"),
             ("parents cancelled", str(self.parent_cancels)),
             ("faults injected", _counts(self.faults)),
             ("outcomes", _counts(self.outcomes)),
@@ -509,13 +538,18 @@ async def _view(journal: RunJournal, viewer: _Viewer, rng: random.Random) -> Non
 
 
 @attrs.define
-class _SseViewer:
-    """A viewer of `GET /runs/<id>/events` over HTTP: the bytes of each connection as read
-    (a dropped connection's bytes stop where it was cut, mid-frame or not)."""
+class _HttpViewer:
+    """A viewer of a run over the bundled server: `GET /runs/<id>/events` (SSE; `connections`
+    holds the bytes of each connection as read, a dropped connection's stopping where it was
+    cut, mid-frame or not) or `GET /runs/<id>/ws` (`ws-*` kinds; `ws_connections` holds the
+    `(id, event)` of each message of each connection). `mode` is the AG-UI visibility mode it
+    asked for (`?mode=`; `sse-engine` reads the engine's envelope instead)."""
 
     name: str
     kind: str
+    mode: str = "attributed"
     connections: list[bytes] = attrs.field(factory=list)
+    ws_connections: list[list[tuple[int | None, Any]]] = attrs.field(factory=list)
     reconnects: int = 0
     problems: list[str] = attrs.field(factory=list)
     done: bool = False
@@ -523,6 +557,15 @@ class _SseViewer:
     @property
     def engine_format(self) -> bool:
         return self.kind == "sse-engine"
+
+    @property
+    def transport(self) -> str:
+        return "ws" if self.kind in WS_VIEWER_KINDS else "sse"
+
+    @property
+    def received(self) -> int:
+        """Bytes (SSE) or messages (WebSocket) read so far, for `_Soak.describe`."""
+        return sum(len(c) for c in self.connections) + sum(len(c) for c in self.ws_connections)
 
 
 def _complete_blocks(data: bytes) -> bytes:
@@ -544,7 +587,7 @@ def _last_id(data: bytes) -> int | None:
 
 
 async def _view_sse(
-    clients: _HttpClients, url: str, token: str, viewer: _SseViewer, rng: random.Random
+    clients: _HttpClients, url: str, token: str, viewer: _HttpViewer, rng: random.Random
 ) -> None:
     """Watch a run over HTTP as `viewer.kind` says until the stream ends after the run terminal:
     `sse-late` connects late, `sse-slow` reads through a 4 KiB socket buffer with pauses,
@@ -556,7 +599,7 @@ async def _view_sse(
     flaky = viewer.kind in ("sse-flaky", "sse-engine")
     client = clients.slow if slow else clients.fast
     after: int | None = None
-    params = {"format": "engine"} if viewer.engine_format else {}
+    params = {"format": "engine"} if viewer.engine_format else {"mode": viewer.mode}
     # A connection that breaks before one whole frame arrived breaks later the next time (a
     # frame may be large: a catching-up reader gets deltas merged), so the viewer progresses.
     stalls = 0
@@ -601,6 +644,77 @@ async def _view_sse(
         await trio.sleep(rng.uniform(0.0, 0.2))
 
 
+async def _view_ws(ws_url: str, token: str, viewer: _HttpViewer, rng: random.Random) -> None:
+    """Watch a run over the WebSocket route (`{"id", "data"}` text messages) until the server
+    closes normally after the run terminal: `ws-late` connects late and reads slowly half the
+    time; `ws-flaky` leaves after a random number of messages (anywhere, between two events of
+    one entry included), half the time with a close handshake and half the time by cutting
+    the TCP connection, and reconnects with `?after=` its last id."""
+    if viewer.kind == "ws-late":
+        await trio.sleep(rng.uniform(0.05, 1.5))
+    slow = viewer.kind == "ws-late" and rng.random() < 0.5
+    flaky = viewer.kind == "ws-flaky"
+    after: int | None = None
+    stalls = 0
+    while True:
+        params = {"token": token, "mode": viewer.mode}
+        if after is not None:
+            params["after"] = str(after)
+        budget = rng.randint(1, 16) << stalls if flaky and stalls < 12 else None
+        cut = rng.random() < 0.5
+        frames: list[tuple[int | None, Any]] = []
+        viewer.ws_connections.append(frames)
+        ended = False
+        closed: ConnectionClosed | None = None
+        # Cancelled to cut the connection: trio-websocket then closes the TCP stream without
+        # the close handshake (closing its stream under it instead can leave its reader task
+        # blocked on a full message queue forever: its `aclose` skips closing the queue).
+        with trio.CancelScope() as connection:
+            try:
+                async with open_websocket_url(
+                    f"{ws_url}?{urlencode(params)}",
+                    max_message_size=WS_MAX_MESSAGE,
+                    disconnect_timeout=STOP_DEADLINE,
+                ) as ws:
+                    try:
+                        while budget is None or len(frames) < budget:
+                            document = json.loads(await ws.get_message())
+                            if "error" in document:
+                                viewer.problems.append(f"ws refused: {document}")
+                                break
+                            frames.append((document["id"], document["data"]))
+                            if slow:
+                                await trio.sleep(rng.uniform(0.002, 0.02))
+                    except ConnectionClosed as exc:
+                        closed = exc
+                    if closed is not None or viewer.problems:
+                        # After the server's close trio-websocket 0.12 never closes its TCP
+                        # stream itself.
+                        await ws._stream.aclose()
+                    elif cut:
+                        connection.cancel()
+                        await trio.lowlevel.checkpoint()
+            except HandshakeError as exc:
+                viewer.problems.append(f"ws handshake: {type(exc).__name__}: {exc}")
+        if viewer.problems:
+            return
+        if closed is not None:
+            code = closed.reason.code if closed.reason is not None else None
+            if code != 1000:
+                viewer.problems.append(f"ws closed with {closed.reason}")
+                return
+            ended = True
+        if ended:
+            viewer.done = True
+            return
+        last = next((cursor for cursor, _ in reversed(frames) if cursor is not None), None)
+        stalls = 0 if last is not None else stalls + 1
+        if last is not None:
+            after = last
+        viewer.reconnects += 1
+        await trio.sleep(rng.uniform(0.0, 0.2))
+
+
 async def _answer_inputs(answer: Callable[[str], Awaitable[None]], journal: RunJournal) -> None:
     """Answer every input request of the `a2a_input_answered` agent with "soak"."""
     async with journal.subscribe(0) as sub:
@@ -623,6 +737,8 @@ class _RunPlan:
     cancel_at: float | None
     small_window: bool
     http: bool = False
+    #: The visibility mode of each viewer of `viewers` that reads AG-UI ("" for the others).
+    modes: list[str] = attrs.field(factory=list)
 
 
 def _agent_key(name: str) -> str:
@@ -653,8 +769,11 @@ def _plan(config: SoakConfig, index: int) -> _RunPlan:
     http_rng = random.Random(f"{config.seed}/{index}/http")
     http = http_rng.random() < config.http_probability
     if http:
-        sse = http_rng.choices(SSE_VIEWER_KINDS, k=http_rng.randint(1, 3))
-        viewers = sse + viewers[: http_rng.randint(0, 1)]
+        over_http = http_rng.choices(HTTP_VIEWER_KINDS, k=http_rng.randint(1, 3))
+        viewers = over_http + viewers[: http_rng.randint(0, 1)]
+    # Each AG-UI viewer's visibility mode (`?mode=`), from a stream of its own too.
+    mode_rng = random.Random(f"{config.seed}/{index}/modes")
+    modes = [mode_rng.choice(MODES) if kind in AGUI_VIEWER_KINDS else "" for kind in viewers]
     return _RunPlan(
         run_id=f"soak-{config.seed}-{index}",
         agents=[_agent_key(a) for a in agents],
@@ -664,6 +783,7 @@ def _plan(config: SoakConfig, index: int) -> _RunPlan:
         cancel_at=cancel_at,
         small_window=small_window,
         http=http,
+        modes=modes,
     )
 
 
@@ -676,7 +796,7 @@ class _RunOutcome:
     viewers: list[_Viewer]
     results: list[Any]
     cancelled: bool
-    sse_viewers: list[_SseViewer] = attrs.field(factory=list)
+    http_viewers: list[_HttpViewer] = attrs.field(factory=list)
     tolerate: frozenset[str] = frozenset()
 
 
@@ -712,13 +832,15 @@ class _Soak:
     #: Each open run's viewers and delegations, to say what hung when a run outlives its
     #: deadline.
     progress: dict[str, list[Any]] = attrs.field(factory=dict)
+    #: Server streams that outlived the run and all its viewers.
+    stream_leaks: list[str] = attrs.field(factory=list)
 
     def describe(self, run_id: str) -> str:
         parts = []
         for item in self.progress.get(run_id, []):
-            if isinstance(item, _SseViewer):
-                got = sum(len(c) for c in item.connections)
-                parts.append(f"{item.name}: done {item.done}, {got} bytes, {item.reconnects} rec")
+            if isinstance(item, _HttpViewer):
+                got = item.received
+                parts.append(f"{item.name}: done {item.done}, {got} read, {item.reconnects} rec")
             elif isinstance(item, _Viewer):
                 last = item.entries[-1].cursor if item.entries else 0
                 parts.append(f"{item.name}: done {item.done}, at {last}")
@@ -750,13 +872,17 @@ async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
         for n, kind in enumerate(plan.viewers)
         if kind in VIEWER_KINDS
     ]
-    sse_viewers = [
-        _SseViewer(f"{plan.run_id}/v{n}-{kind}", kind)
+    http_viewers = [
+        _HttpViewer(
+            f"{plan.run_id}/v{n}-{kind}" + (f"-{plan.modes[n]}" if plan.modes[n] else ""),
+            kind,
+            plan.modes[n] or "attributed",
+        )
         for n, kind in enumerate(plan.viewers)
-        if kind in SSE_VIEWER_KINDS
+        if kind in HTTP_VIEWER_KINDS
     ]
     handles: list[DelegationHandle] = []
-    soak.progress[plan.run_id] = [*viewers, *sse_viewers]
+    soak.progress[plan.run_id] = [*viewers, *http_viewers]
     objectives: dict[str, str] = {}
     cancelled = False
     all_started = trio.Event()
@@ -804,7 +930,7 @@ async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
                     cancelled = True
                     run.cancel("soak: the parent was cancelled")
     else:
-        cancelled = await _one_http_run(soak, plan, drive, unfinished, viewers, sse_viewers, rng)
+        cancelled = await _one_http_run(soak, plan, drive, unfinished, viewers, http_viewers, rng)
     return _RunOutcome(
         plan=plan,
         store=soak.stores.pop(plan.run_id),
@@ -813,7 +939,7 @@ async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
         viewers=viewers,
         results=eng.results(plan.run_id),
         cancelled=cancelled,
-        sse_viewers=sse_viewers,
+        http_viewers=http_viewers,
         tolerate=config.tolerate,
     )
 
@@ -824,7 +950,7 @@ async def _one_http_run(
     drive: Callable[[Run], Awaitable[None]],
     unfinished: Callable[[], bool],
     viewers: list[_Viewer],
-    sse_viewers: list[_SseViewer],
+    http_viewers: list[_HttpViewer],
     rng: random.Random,
 ) -> bool:
     """Start the run with `POST /runs` (its parent runs `drive`), watch it over HTTP, stop it
@@ -862,8 +988,12 @@ async def _one_http_run(
 
     async with trio.open_nursery() as watchers:
         url = f"{base}{document['events_url']}"
-        for viewer in sse_viewers:
-            watchers.start_soon(_view_sse, soak.clients, url, token, viewer, rng_of(rng))
+        ws_url = base.replace("http://", "ws://", 1) + document["websocket_url"]
+        for viewer in http_viewers:
+            if viewer.transport == "ws":
+                watchers.start_soon(_view_ws, ws_url, token, viewer, rng_of(rng))
+            else:
+                watchers.start_soon(_view_sse, soak.clients, url, token, viewer, rng_of(rng))
         for journal_viewer in viewers:
             watchers.start_soon(_view, journal, journal_viewer, rng_of(rng))
         watchers.start_soon(_answer_inputs, answer_over_http, journal)
@@ -876,7 +1006,24 @@ async def _one_http_run(
                 if stop.status_code != 200 or not stop.json().get("stopped"):
                     raise RuntimeError(f"POST stop: HTTP {stop.status_code} {stop.text[:200]}")
         await hosted.ended.wait()
+    # Every viewer has left: the server's streams of this run must have ended too (each holds
+    # a journal subscription until its handler returns).
+    with trio.move_on_after(REMOTE_LOG_DEADLINE):
+        while True:
+            if not _subscribers(journal):
+                break
+            await trio.sleep(0.02)
+    if _subscribers(journal):
+        soak.stream_leaks.append(
+            f"{plan.run_id}: {_subscribers(journal)} server streams still subscribed "
+            f"{REMOTE_LOG_DEADLINE:g} s after every viewer left"
+        )
     return cancelled
+
+
+def _subscribers(journal: RunJournal) -> int:
+    statistics = journal.statistics()
+    return statistics.live_subscribers + statistics.catching_up_subscribers
 
 
 def rng_of(rng: random.Random) -> random.Random:
@@ -973,29 +1120,44 @@ def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -
             )
 
 
-def _sse_frames(viewer: _SseViewer, report: SoakReport) -> list[tuple[int | None, Any]]:
-    """The viewer's connections spliced as the server resumes them: each connection up to its
-    last frame with an `id:` (the frames after it are sent again after `Last-Event-ID`)."""
-    frames: list[tuple[int | None, Any]] = []
+def _connections(viewer: _HttpViewer, report: SoakReport) -> list[list[tuple[int | None, Any]]]:
+    """The `(id, event)` frames of each of the viewer's connections as read: an SSE
+    connection's complete blocks, a WebSocket connection's messages."""
+    if viewer.transport == "ws":
+        return viewer.ws_connections
+    out: list[list[tuple[int | None, Any]]] = []
     for number, data in enumerate(viewer.connections):
         try:
-            parsed = parse_sse(_complete_blocks(data))
+            out.append(parse_sse(_complete_blocks(data)))
         except SseError as exc:
             report.invalid.append(f"{viewer.name}: connection {number}: not SSE: {exc}")
-            continue
+            out.append([])
+    return out
+
+
+def _spliced_frames(
+    viewer: _HttpViewer, report: SoakReport
+) -> tuple[list[tuple[int | None, Any]], list[list[tuple[int | None, Any]]]]:
+    """The viewer's connections spliced as the server resumes them: each connection up to its
+    last frame with an id (the frames after it are sent again after `Last-Event-ID` or
+    `?after=`); and the connections as read."""
+    connections = _connections(viewer, report)
+    frames: list[tuple[int | None, Any]] = []
+    for parsed in connections:
         report.sse_frames += len(parsed)
         last = max((i for i, (cursor, _) in enumerate(parsed) if cursor is not None), default=-1)
         report.resent_frames += len(parsed) - (last + 1)
         frames.extend(parsed[: last + 1])
-    return frames
+    return frames, connections
 
 
-def _account_sse_viewer(outcome: _RunOutcome, viewer: _SseViewer, report: SoakReport) -> None:
+def _account_http_viewer(outcome: _RunOutcome, viewer: _HttpViewer, report: SoakReport) -> None:
     """An HTTP viewer: `sse-engine` streams are journal entries (accounted as a journal viewer's);
-    AG-UI streams are checked for conformance and accounted by `_account_agui_viewer`."""
+    AG-UI streams (SSE or WebSocket, any mode) are checked for conformance and accounted by
+    `_account_agui_viewer`."""
     if viewer.engine_format:
         entries: list[JournalEntry] = []
-        for cursor, document in _sse_frames(viewer, report):
+        for cursor, document in _spliced_frames(viewer, report)[0]:
             if cursor is not None:
                 entries.append(JournalEntry(event_from_jsonable(document), cursor))
         as_journal = _Viewer(
@@ -1009,18 +1171,17 @@ def _account_sse_viewer(outcome: _RunOutcome, viewer: _SseViewer, report: SoakRe
         _account_viewer(outcome, as_journal, report)
         return
     report.viewer_kinds[viewer.kind] += 1
+    report.viewer_modes[f"{viewer.transport} {viewer.mode}"] += 1
     for problem in viewer.problems:
         report.lost.append(f"{viewer.name}: {problem}")
     if not viewer.done:
         report.lost.append(f"{viewer.name}: never saw the end of the run")
         return
-    frames = _sse_frames(viewer, report)
+    frames, connections = _spliced_frames(viewer, report)
     # A reconnect whose cursor had left the replay window resumes with a `stream.gap` (where
     # finding 2 showed, while it was open).
     across_gap = any(
-        b'"name":"stream.gap"' in data.split(b"\n\n", 2)[1]
-        for data in viewer.connections[1:]
-        if data.count(b"\n\n") >= 2
+        connection and connection[0][1].get("name") == Kind.GAP for connection in connections[1:]
     )
     for violation in check_frames(frames):
         problem = f"{viewer.name}: {violation}"
@@ -1035,31 +1196,124 @@ _STARTS: Final = frozenset({Kind.TEXT_START, Kind.REASONING_START, Kind.TOOL_CAL
 _ENDS: Final = frozenset({Kind.TEXT_END, Kind.REASONING_END, Kind.TOOL_CALL_END})
 _AGUI_RUN_TERMINALS: Final = frozenset({"RUN_FINISHED", "RUN_ERROR"})
 _AGUI_SUBAGENT_TERMINALS: Final = frozenset({"SUBAGENT_FINISHED", "SUBAGENT_ERROR"})
+_AGUI_LIFECYCLE: Final = frozenset({"SUBAGENT_STARTED", *_AGUI_SUBAGENT_TERMINALS})
 _AGUI_TEXT: Final = {
     "TEXT_MESSAGE_CONTENT": Kind.TEXT_DELTA,
     "REASONING_MESSAGE_CONTENT": Kind.REASONING_DELTA,
 }
-#: The AG-UI event a delegation terminal becomes in the `attributed` mode.
+#: The AG-UI event a delegation terminal becomes in the `attributed` mode (in `custom` mode it
+#: is a CUSTOM event named after the kind itself).
 _AGUI_TERMINAL: Final = {
     Kind.FINISHED: "SUBAGENT_FINISHED",
     Kind.FAILED: "SUBAGENT_ERROR",
     Kind.CANCELLED: "SUBAGENT_ERROR",
 }
+#: A delegation's kinds the `inline` mode shows, as the parent's (deltas aside): opening and
+#: closing text, reasoning and tool calls, and tool results.
+_INLINE_KINDS: Final = frozenset({*_STARTS, *_ENDS, Kind.TOOL_CALL_RESULT})
+#: AG-UI events the soak's parent (`_SoakParent`, which only delegates) never writes itself.
+_AGUI_CONTENT_PREFIXES: Final = ("TEXT_MESSAGE_", "REASONING_", "TOOL_CALL_")
+
+
+def _shown(mode: str, event: DelegationEvent) -> bool:
+    """Whether the encoder in `mode` writes frames for a journaled (not gapped) `event`: the
+    parent's events in every mode; a delegation's in `attributed` and `custom` mode; in
+    `inline` mode its text, reasoning and tool calls and its custom payloads (unless named
+    `subagent.*`); none in `hidden` mode."""
+    if not event.delegation_id:
+        return True
+    if mode in ("attributed", "custom"):
+        return True
+    if mode == "inline":
+        if event.kind in _INLINE_KINDS:
+            return True
+        return event.kind == Kind.CUSTOM and not (event.name or event.kind).startswith("subagent.")
+    return False
+
+
+def _wire_id(owner: str, value: str | None, fallback: str) -> str:
+    """A subagent's message id on the AG-UI wire: prefixed with its producer's id (the
+    encoder's rule, so two remotes' `msg-1` never collide)."""
+    if not value:
+        return f"{owner}:{fallback}"
+    return value if value.startswith(owner) else f"{owner}:{value}"
+
+
+def _delta_of(event: DelegationEvent) -> str:
+    delta = event.delta if event.delta is not None else event.text
+    return delta if isinstance(delta, str) else ""
+
+
+_TextKey = tuple[str | None, str | None, str]
+
+
+def _journaled_text_key(mode: str, event: DelegationEvent) -> _TextKey | None:
+    """Where a journaled text or reasoning delta's text must arrive in `mode`: in `attributed`
+    mode TEXT_MESSAGE_CONTENT / REASONING_MESSAGE_CONTENT tagged with its producer, in
+    `inline` mode the same untagged (as the parent's), keyed by wire message id; in `custom`
+    mode a CUSTOM `subagent.text.delta` / `subagent.reasoning.delta` whose value names the
+    producer and the message; nowhere in `hidden` mode."""
+    owner = event.nested_id or event.delegation_id or ""
+    if mode == "hidden":
+        return None
+    if mode == "custom":
+        return (owner, event.message_id or "", event.kind)
+    fallback = "message" if event.kind == Kind.TEXT_DELTA else "reasoning"
+    tag = owner if mode == "attributed" else None
+    return (tag, _wire_id(owner, event.message_id, fallback), event.kind)
+
+
+def _frame_text(event: dict[str, Any]) -> tuple[_TextKey, str] | None:
+    """The text a frame carries and its key (as `_journaled_text_key` gives it), if any."""
+    kind = event.get("type")
+    if kind in _AGUI_TEXT:
+        key = (event.get("subagentRunId"), event.get("messageId"), _AGUI_TEXT[kind])
+        return key, str(event.get("delta", ""))
+    value, name = event.get("value"), event.get("name")
+    if kind == "CUSTOM" and name in (Kind.TEXT_DELTA, Kind.REASONING_DELTA):
+        if not isinstance(value, dict):
+            return (None, None, str(name)), ""
+        owner = value.get("nestedId") or value.get("delegationId") or ""
+        delta = value.get("delta") if value.get("delta") is not None else value.get("text")
+        key = (str(owner), str(value.get("messageId") or ""), str(name))
+        return key, delta if isinstance(delta, str) else ""
+    return None
+
+
+def _mode_leak(mode: str, event: dict[str, Any]) -> str | None:
+    """What `event` shows that a viewer in `mode` must not see (None: nothing): subagent
+    attribution and lifecycle outside `attributed` mode, `subagent.*` CUSTOM events in `inline`
+    and `hidden` mode, and text, reasoning or tool calls in `custom` and `hidden` mode (the
+    soak's parent writes none: they could only be a delegation's)."""
+    if mode == "attributed":
+        return None
+    kind, name = event.get("type"), str(event.get("name") or "")
+    if "subagentRunId" in event or kind in _AGUI_LIFECYCLE:
+        return f"{kind} with subagent attribution"
+    if mode in ("inline", "hidden") and kind == "CUSTOM" and name.startswith("subagent."):
+        return f"CUSTOM {name}"
+    if mode in ("custom", "hidden") and str(kind).startswith(_AGUI_CONTENT_PREFIXES):
+        return str(kind)
+    return None
 
 
 def _account_agui_viewer(
     outcome: _RunOutcome,
-    viewer: _SseViewer,
+    viewer: _HttpViewer,
     frames: list[tuple[int | None, Any]],
     report: SoakReport,
 ) -> None:
-    """An AG-UI viewer (the run's visibility mode, `attributed`), against the journal: every
-    entry's frames arrived under its cursor (the `id:` of an entry's last frame), or the entry
-    is inside an announced `stream.gap`, or it is a status counted by a fold notice
-    (`subagent.stream.dropped`), or it is a delta whose text arrived merged into a later one
-    (the reassembled text of every subagent equals the journaled text outside gaps); one run
-    terminal, last; each delegation announced once and ended once, as its journal terminal
-    says."""
+    """An AG-UI viewer in its visibility mode (`viewer.mode`), against the journal: every
+    entry the mode shows (`_shown`) had its frames arrive under its cursor (the `id` of an
+    entry's last frame), or the entry is inside an announced `stream.gap`, or it is a status
+    counted by a fold notice (`subagent.stream.dropped`, in the modes that show statuses), or
+    it is a delta whose text arrived merged into a later one (the reassembled text of every
+    message, where the mode puts it (`_journaled_text_key`), equals the journaled text outside
+    gaps); nothing the mode hides shows (`_mode_leak`); one run terminal, last; in the modes
+    that show a subagent's lifecycle (`attributed`: SUBAGENT_*, `custom`: CUSTOM
+    `subagent.started` and terminals) each delegation is announced once and ended once, as its
+    journal terminal says."""
+    mode = viewer.mode
     truth = outcome.store.accepted
     where = viewer.name
     head = truth[-1].cursor if truth else 0
@@ -1077,39 +1331,50 @@ def _account_agui_viewer(
     pending: list[dict[str, Any]] = []
     gap_ranges: list[tuple[int, int]] = []
     folded: Counter[str] = Counter()
-    text: dict[tuple[str, str], list[str]] = defaultdict(list)
+    text: dict[_TextKey, list[str]] = defaultdict(list)
     announced: Counter[str] = Counter()
     ended: dict[str, list[str]] = defaultdict(list)
+    leaks: Counter[str] = Counter()
     for cursor, event in frames:
         pending.append(event)
         if cursor is not None:
             groups[cursor], pending = pending, []
-        kind, value = event.get("type"), event.get("value")
+        kind, value, name = event.get("type"), event.get("value"), event.get("name")
         dropped = value.get("dropped") if isinstance(value, dict) else None
-        owner = event.get("subagentRunId") or ""
-        if kind in _AGUI_TEXT:
-            text[(owner, _AGUI_TEXT[kind])].append(event.get("delta", ""))
+        leak = _mode_leak(mode, event)
+        if leak is not None:
+            leaks[leak] += 1
+        shown = _frame_text(event)
+        if shown is not None:
+            text[shown[0]].append(shown[1])
         elif kind == "SUBAGENT_STARTED":
-            announced[event["subagentRunId"]] += 1
+            announced[str(event.get("subagentRunId"))] += 1
         elif kind in _AGUI_SUBAGENT_TERMINALS:
-            ended[event["subagentRunId"]].append(kind)
-        elif kind == "CUSTOM" and isinstance(dropped, dict):
-            if event.get("name") == Kind.GAP:
+            ended[str(event.get("subagentRunId"))].append(str(kind))
+        elif mode == "custom" and kind == "CUSTOM" and isinstance(value, dict):
+            if name == Kind.STARTED and not value.get("nestedId"):
+                announced[str(value.get("delegationId"))] += 1
+            elif name in Kind.DELEGATION_TERMINALS and not value.get("nestedId"):
+                ended[str(value.get("delegationId"))].append(str(name))
+        if kind == "CUSTOM" and isinstance(dropped, dict):
+            if name == Kind.GAP:
                 report.gaps += 1
                 last = int(dropped.get("lastCursor") or cursor or 0)
                 gap_ranges.append((int(dropped.get("firstCursor") or last), last))
-            elif event.get("name") == Kind.STREAM_DROPPED and cursor is not None:
+            elif name == Kind.STREAM_DROPPED and cursor is not None:
                 source = journaled.get(cursor)
                 if source is not None and source.kind == Kind.STATUS:
                     report.folds += 1
                     report.fold_notices[viewer.kind] += 1
                     folded[source.delegation_id or ""] += int(dropped.get("count", 0))
+    for leak, count in sorted(leaks.items()):
+        report.mismatches.append(f"{where}: mode {mode} shows {leak} ({count} events)")
 
     def in_gap(cursor: int) -> bool:
         return any(first <= cursor <= last for first, last in gap_ranges)
 
     unseen_status: Counter[str] = Counter()
-    expected_text: dict[tuple[str, str], list[str]] = defaultdict(list)
+    expected_text: dict[_TextKey, list[str]] = defaultdict(list)
     started: set[str] = set()
     terminal: dict[str, str] = {}
     # A message or tool call whose start the viewer never got (it fell into a gap) was never
@@ -1126,13 +1391,15 @@ def _account_agui_viewer(
         if event.delegation_id and event.kind == Kind.STARTED and not gapped:
             started.add(event.delegation_id)
         if event.delegation_id and event.kind in _AGUI_TERMINAL and not gapped:
-            terminal[event.delegation_id] = _AGUI_TERMINAL[event.kind]
+            shown_as = _AGUI_TERMINAL[event.kind] if mode == "attributed" else event.kind
+            terminal[event.delegation_id] = shown_as
         if event.kind in _TEXT_KINDS:
             if not gapped and event.kind in (Kind.TEXT_DELTA, Kind.REASONING_DELTA):
-                owner = event.nested_id or event.delegation_id or ""
-                expected_text[(owner, event.kind)].append(event.delta or "")
+                key = _journaled_text_key(mode, event)
+                if key is not None:
+                    expected_text[key].append(_delta_of(event))
             continue
-        if gapped:
+        if gapped or not _shown(mode, event):
             continue
         group = groups.get(entry.cursor)
         if group is not None:
@@ -1160,9 +1427,11 @@ def _account_agui_viewer(
         want, got = "".join(expected_text.get(key, [])), "".join(text.get(key, []))
         if want != got:
             report.lost.append(
-                f"{where}: text of {key[0]} ({key[1]}) differs: journaled {len(want)} chars "
-                f"{want[:60]!r}, reassembled {len(got)} {got[:60]!r}"
+                f"{where}: text of {key[0]}/{key[1]} ({key[2]}) differs: journaled {len(want)} "
+                f"chars {want[:60]!r}, reassembled {len(got)} {got[:60]!r}"
             )
+    if mode not in ("attributed", "custom"):
+        return  # `inline` and `hidden` show no lifecycle (`_mode_leak` saw to that)
     for delegation in started | set(announced) | set(ended):
         if delegation not in started and announced[delegation] == len(ended[delegation]) <= 1:
             continue  # its start fell into a gap: announced (synthesized) once at most
@@ -1197,10 +1466,10 @@ def _account_run(outcome: _RunOutcome, report: SoakReport, agui_text: dict[str, 
         report.viewers += 1
         report.reconnects += viewer.reconnects
         _account_viewer(outcome, viewer, report)
-    for sse_viewer in outcome.sse_viewers:
+    for http_viewer in outcome.http_viewers:
         report.viewers += 1
-        report.reconnects += sse_viewer.reconnects
-        _account_sse_viewer(outcome, sse_viewer, report)
+        report.reconnects += http_viewer.reconnects
+        _account_http_viewer(outcome, http_viewer, report)
     terminals: dict[str, list[str]] = defaultdict(list)
     texts: dict[str, list[str]] = defaultdict(list)
     for entry in truth:
@@ -1534,7 +1803,7 @@ async def _soak(
                             clients=clients,
                             drives=soak.drives,
                         )
-                        nursery.start_soon(_one_run, warm_http, -1)
+                        nursery.start_soon(_warm_http_run, warm_http, report)
                     gc.collect()
                     report.rss_baseline = _rss()
                     slots = trio.Semaphore(config.concurrency)
@@ -1553,6 +1822,7 @@ async def _soak(
 
                             nursery.start_soon(slot, index)
                             index += 1
+                    report.leaks.extend(soak.stream_leaks)
                     if soak.host.active_runs:
                         report.leaks.append(f"the server still hosts {soak.host.active_runs} runs")
                 host_nursery.cancel_scope.cancel()
@@ -1607,6 +1877,18 @@ def _fd_targets() -> list[str]:
         except OSError:
             pass
     return out
+
+
+async def _warm_http_run(soak: _Soak, report: SoakReport) -> None:
+    """The warm-up's run over HTTP (not accounted), under the same deadline as every run."""
+    try:
+        with trio.fail_after(RUN_DEADLINE):
+            await _one_run(soak, -1)
+    except trio.TooSlowError:
+        report.leaks.append(
+            f"warm-up run over HTTP: did not end within {RUN_DEADLINE:g} s: "
+            + soak.describe(f"soak-{soak.config.seed}--1")
+        )
 
 
 async def _warm_run(

@@ -14,19 +14,20 @@ from typing import Any
 
 import pytest
 
-from adapters.agui import AguiStreamEncoder
+from adapters.agui import MODES, AguiStreamEncoder, frame_events, parse_sse
 from engine import DelegationEvent, JournalEntry, Kind, MemoryJournalStore, RunJournal
 from web.soak import (
-    SSE_VIEWER_KINDS,
+    HTTP_VIEWER_KINDS,
     VIEWER_KINDS,
     SoakConfig,
     SoakReport,
-    _account_sse_viewer,
+    _account_http_viewer,
     _account_viewer,
+    _complete_blocks,
+    _HttpViewer,
     _plan,
     _RecordingStore,
     _RunOutcome,
-    _SseViewer,
     _Viewer,
     run_soak,
 )
@@ -74,7 +75,10 @@ def test_fixed_seed_soak_loses_nothing_and_leaks_nothing() -> None:
     # Runs over the bundled server, watched by every kind of viewer; folds really happened;
     # the remotes' logs were read (cancels seen at the remotes, both protocols).
     assert report.http_runs > 0, report.format()
-    assert set(SSE_VIEWER_KINDS) | set(VIEWER_KINDS) <= set(report.viewer_kinds), report.format()
+    assert set(HTTP_VIEWER_KINDS) | set(VIEWER_KINDS) <= set(report.viewer_kinds), report.format()
+    # Every visibility mode over both transports (SSE and WebSocket).
+    modes = {f"{transport} {mode}" for transport in ("sse", "ws") for mode in MODES}
+    assert modes <= set(report.viewer_modes), report.format()
     assert report.folds > 0 and report.sse_frames > 0, report.format()
     assert any(kind.startswith("a2a CancelTask") for kind in report.remote_cancels)
     assert any(kind.startswith("agui stop") for kind in report.remote_cancels)
@@ -129,7 +133,7 @@ async def test_the_accounting_notices_every_kind_of_loss() -> None:
 
 
 async def test_the_agui_viewer_accounting_notices_loss_duplicates_and_bad_splices() -> None:
-    """The AG-UI viewers' accounting (`_account_sse_viewer`) against the real encoder's bytes:
+    """The AG-UI viewers' accounting (`_account_http_viewer`) against the real encoder's bytes:
     a whole stream passes; a stream spliced after a cut mid-entry passes (the frames after the
     last `id:` are sent again, and counted); a lost frame, changed text, a terminal seen twice
     across reconnects or a stream that stops early do not."""
@@ -155,20 +159,8 @@ async def test_the_agui_viewer_accounting_notices_loss_duplicates_and_bad_splice
         return encoder.feed_batch(part)
 
     def account(*connections: bytes) -> SoakReport:
-        viewer = _SseViewer("v", "sse-flaky", connections=list(connections), done=True)
-        outcome = _RunOutcome(
-            plan=_plan(SoakConfig(), 0),
-            store=store,
-            handles=[],
-            objectives={"d": "o"},
-            viewers=[],
-            results=[],
-            cancelled=False,
-            sse_viewers=[viewer],
-        )
-        report = SoakReport(seed=0)
-        _account_sse_viewer(outcome, viewer, report)
-        return report
+        viewer = _HttpViewer("v", "sse-flaky", connections=list(connections), done=True)
+        return _account_alone(store, viewer)
 
     whole = encode(entries)
     assert account(whole).ok, account(whole).format()
@@ -197,3 +189,118 @@ async def test_the_agui_viewer_accounting_notices_loss_duplicates_and_bad_splice
     assert not account(lost_frame).ok  # the status frame is gone
     assert not account(whole, whole).ok  # the run terminal twice across reconnects
     assert not account(b"\n\n".join(blocks[: cut_at + 1]) + b"\n\n").ok  # stopped early
+
+
+async def _rich_journal() -> _RecordingStore:
+    """A delegation with a text message, a reasoning message, a status and a nested subagent
+    with text of its own, then the run terminal (each delta its own entry)."""
+    store = _RecordingStore(MemoryJournalStore("r"))
+    journal = RunJournal("r", store=store)
+    fields: dict[str, Any] = {"run_id": "r", "delegation_id": "d", "agent_key": "talker"}
+    nested: dict[str, Any] = {**fields, "nested_id": "d/sub", "remote_subagent_id": "sub"}
+    events = [
+        DelegationEvent(kind=Kind.RUN_STARTED, run_id="r"),
+        DelegationEvent(kind=Kind.STARTED, **fields),
+        DelegationEvent(kind=Kind.TEXT_START, message_id="m", **fields),
+        DelegationEvent(kind=Kind.REASONING_START, message_id="why", **fields),
+        DelegationEvent(kind=Kind.REASONING_DELTA, message_id="why", delta="r0.", **fields),
+        *[
+            DelegationEvent(kind=Kind.TEXT_DELTA, message_id="m", delta=f"t{n}.", **fields)
+            for n in range(3)
+        ],
+        DelegationEvent(kind=Kind.REASONING_END, message_id="why", **fields),
+        DelegationEvent(kind=Kind.STATUS, status="working", **fields),
+        DelegationEvent(kind=Kind.NESTED_STARTED, **nested),
+        DelegationEvent(kind=Kind.TEXT_DELTA, message_id="m", delta="n0.", **nested),
+        DelegationEvent(kind=Kind.NESTED_FINISHED, status="completed", **nested),
+        DelegationEvent(kind=Kind.TEXT_DELTA, message_id="m", delta="t3.", **fields),
+        DelegationEvent(kind=Kind.FINISHED, status="completed", **fields),
+        DelegationEvent(kind=Kind.RUN_FINISHED, run_id="r"),
+    ]
+    for event in events:
+        await journal.append(event)
+    return store
+
+
+@pytest.mark.parametrize("transport", ["sse", "ws"])
+@pytest.mark.parametrize("mode", MODES)
+async def test_the_agui_accounting_knows_what_each_mode_shows(mode: str, transport: str) -> None:
+    """Every visibility mode over both transports, against the real encoder: the whole stream
+    and every stream resumed after one of its ids pass; changed or lost text, a lost frame,
+    a terminal seen twice or a stream that stops early do not; and a stream in any other mode
+    does not pass for this one (what the mode hides shows, or its text is not where it must
+    be)."""
+    store = await _rich_journal()
+    entries = list(store.accepted)
+
+    def encode(
+        part: list[JournalEntry], replay: list[JournalEntry] | None = None, in_mode: str = mode
+    ) -> bytes:
+        encoder = AguiStreamEncoder("t", "r", in_mode)
+        for entry in replay or []:
+            encoder.feed(entry)
+        return encoder.feed_batch(part)
+
+    def account(*connections: bytes) -> SoakReport:
+        kind = "ws-flaky" if transport == "ws" else "sse-flaky"
+        viewer = _HttpViewer("v", kind, mode, done=True)
+        if transport == "ws":
+            viewer.ws_connections = [parse_sse(_complete_blocks(c)) for c in connections]
+        else:
+            viewer.connections = list(connections)
+        return _account_alone(store, viewer)
+
+    whole = encode(entries)
+    assert account(whole).ok, account(whole).format()
+    blocks = [block + b"\n\n" for block in whole.split(b"\n\n") if block]
+    with_ids = [i for i, block in enumerate(blocks) if block.startswith(b"id: ")]
+    for at in with_ids[:-1]:
+        cursor = int(blocks[at].split(b"\n")[0][4:])
+        first = b"".join(blocks[: at + 1]) + blocks[at + 1][:7]  # cut inside the next frame
+        spliced = account(first, encode(entries[cursor:], replay=entries[:cursor]))
+        assert spliced.ok, (cursor, spliced.format())
+    if mode != "hidden":
+        assert b"t1." in whole and b"n0." in whole and b"r0." in whole
+        assert not account(whole.replace(b"t1.", b"tX.")).ok  # text changed
+        assert not account(whole.replace(b"n0.", b"")).ok  # the nested subagent's text lost
+        assert not account(b"".join(b for b in blocks if b"r0." not in b)).ok  # reasoning lost
+    # A frame with an id (neither the first nor the last) lost: shown entries are accounted.
+    if len(with_ids) > 2:
+        assert not account(b"".join(blocks[: with_ids[1]] + blocks[with_ids[1] + 1 :])).ok
+    assert not account(whole, whole).ok  # the run terminal twice across reconnects
+    assert not account(b"".join(blocks[: with_ids[1]])).ok  # stopped early
+    # What the mode hides, slipped in before the run terminal, is noticed on its own.
+    hidden_by_mode = {
+        "custom": [
+            {"type": "TOOL_CALL_START", "toolCallId": "x", "toolCallName": "search"},
+            {"type": "TOOL_CALL_END", "toolCallId": "x"},
+        ],
+        "inline": [{"type": "CUSTOM", "name": "subagent.status", "value": {"status": "w"}}],
+        "hidden": [{"type": "CUSTOM", "name": "subagent.status", "value": {"status": "w"}}],
+    }
+    if mode in hidden_by_mode:
+        extra = frame_events(hidden_by_mode[mode], None)
+        report = account(b"".join(blocks[:-1]) + extra + blocks[-1])
+        assert [m for m in report.mismatches if f"mode {mode} shows" in m], report.format()
+        assert not report.lost and not report.invalid, report.format()
+    for other in MODES:
+        if other != mode:
+            report = account(encode(entries, in_mode=other))
+            assert not report.ok, f"a {other} stream passed as {mode}"
+
+
+def _account_alone(store: _RecordingStore, viewer: _HttpViewer) -> SoakReport:
+    """The soak's accounting of one HTTP viewer of a run whose journal is `store`."""
+    outcome = _RunOutcome(
+        plan=_plan(SoakConfig(), 0),
+        store=store,
+        handles=[],
+        objectives={"d": "o"},
+        viewers=[],
+        results=[],
+        cancelled=False,
+        http_viewers=[viewer],
+    )
+    report = SoakReport(seed=0)
+    _account_http_viewer(outcome, viewer, report)
+    return report
