@@ -620,13 +620,16 @@ def freeze_startup_objects() -> None:
 async def serve_app(
     app: QuartTrio, *, host: str = "127.0.0.1", port: int = 0
 ) -> AsyncIterator[str]:
-    """Serve `app` on Hypercorn's Trio worker until the block ends; yields the base URL."""
+    """Serve `app` on Hypercorn's Trio worker until the block ends; yields the base URL (the
+    caller announces it: Hypercorn's own "Running on" line is left out, its warnings and
+    errors are not)."""
     from hypercorn.config import Config as HypercornConfig
     from hypercorn.trio import serve
 
     config = HypercornConfig()
     config.bind = [f"{host}:{port}"]
     config.accesslog = None
+    config.loglevel = "WARNING"
     config.graceful_timeout = 1.0
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(serve, app, config)
