@@ -33,7 +33,18 @@ import trio.testing
 
 from engine import DelegationEvent, JournalEntry, Kind, RunJournal
 
-__all__ = ["bench_journal", "build_event_mix", "percentile"]
+__all__ = ["answer_lifespan", "bench_journal", "build_event_mix", "percentile"]
+
+
+async def answer_lifespan(receive: Any, send: Any) -> None:
+    """Answer an ASGI lifespan scope (startup, then shutdown): for the benchmarks' bare apps."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
 
 
 def percentile(values: Sequence[float], q: float) -> float:

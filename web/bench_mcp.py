@@ -84,7 +84,7 @@ from engine import (
     Run,
     Status,
 )
-from web.bench import percentile
+from web.bench import answer_lifespan, percentile
 
 __all__ = ["bench_mcp"]
 
@@ -174,13 +174,7 @@ async def _serve_floor() -> AsyncIterator[str]:
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
         elif scope["type"] == "http":
             await manager.handle_request(scope, receive, send)
 

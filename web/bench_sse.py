@@ -77,7 +77,7 @@ from engine import (
     MemoryJournalStore,
     Run,
 )
-from web.bench import BATCH, build_event_mix
+from web.bench import BATCH, answer_lifespan, build_event_mix
 from web.config import HostConfig
 from web.server import (
     EncoderFactory,
@@ -157,13 +157,8 @@ def _raw_app(start: dict[str, Any], chunks: Sequence[bytes], go: trio.Event) -> 
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         await send(start)
         await go.wait()
         _marks["producer_start"] = time.perf_counter()
@@ -177,19 +172,14 @@ def _raw_app(start: dict[str, Any], chunks: Sequence[bytes], go: trio.Event) -> 
 def _floor_app(events: Sequence[Any], go: trio.Event) -> Any:
     """An ASGI app that encodes each of `events` itself, one `json.dumps` of a three-field
     AG-UI-shaped dict and one SSE block with its `id:` per event, and writes each batch of
-    `BATCH` as one body write once `go` is set: the least per-event work a Python server that
-    encodes events does (no journal, no ordering rules, no merging), on the same worker."""
+    `BATCH` as one body write once `go` is set: a Python server encoding each event, with no
+    journal, no ordering rules and no merging, on the same worker."""
     dumps = json.dumps
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await answer_lifespan(receive, send)
+            return
         await send({"type": "http.response.start", "status": 200, "headers": _SSE_HEADERS})
         await go.wait()
         _marks["producer_start"] = time.perf_counter()
@@ -518,23 +508,29 @@ async def _engine_throughput(
     return run, stream.start, stream.chunks
 
 
-async def _raw_throughput(
-    start: dict[str, Any], chunks: Sequence[bytes], first: int, last: int
-) -> _Throughput:
-    go = trio.Event()
+async def _bare_read(app: Any, go: trio.Event) -> _Read:
+    """Serve a bare ASGI `app` and read its one SSE response with the benchmark's reader,
+    setting `go` once the response headers arrived."""
     ready = trio.Event()
     result: list[_Read] = []
     with trio.fail_after(DEADLINE):
-        async with serve_app(cast(Any, _raw_app(start, chunks, go))) as base:
+        async with serve_app(cast(Any, app)) as base:
 
             async def read() -> None:
-                result.append(await _httpx_reader(f"{base}/runs/raw/events", "raw", ready))
+                result.append(await _httpx_reader(f"{base}/runs/bare/events", "bare", ready))
 
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(read)
                 await ready.wait()
                 go.set()
-    got = result[0]
+    return result[0]
+
+
+async def _raw_throughput(
+    start: dict[str, Any], chunks: Sequence[bytes], first: int, last: int
+) -> _Throughput:
+    go = trio.Event()
+    got = await _bare_read(_raw_app(start, chunks, go), go)
     return _Throughput(
         seconds=got.ended_at - _marks["producer_start"],
         events=got.last_id - first,
@@ -547,19 +543,7 @@ async def _raw_throughput(
 
 async def _floor_throughput(events: Sequence[Any]) -> _Throughput:
     go = trio.Event()
-    ready = trio.Event()
-    result: list[_Read] = []
-    with trio.fail_after(DEADLINE):
-        async with serve_app(cast(Any, _floor_app(events, go))) as base:
-
-            async def read() -> None:
-                result.append(await _httpx_reader(f"{base}/runs/floor/events", "floor", ready))
-
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(read)
-                await ready.wait()
-                go.set()
-    got = result[0]
+    got = await _bare_read(_floor_app(events, go), go)
     return _Throughput(
         seconds=got.ended_at - _marks["producer_start"],
         events=got.last_id,
