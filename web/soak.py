@@ -67,7 +67,7 @@ import subprocess
 import sys
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from pathlib import Path
 from typing import Any, Final, TextIO, cast
@@ -1058,7 +1058,7 @@ def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -
     delivered: dict[int, JournalEntry] = {}
     gap_ranges: list[tuple[int, int]] = []
     folded: Counter[str] = Counter()
-    text: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    text: dict[_TextKey, list[str]] = defaultdict(list)
     for entry in viewer.entries:
         event = entry.event
         delivered[entry.cursor] = entry
@@ -1081,7 +1081,7 @@ def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -
         return any(first <= cursor <= last for first, last in gap_ranges)
 
     unseen_status: Counter[str] = Counter()
-    expected_text: dict[tuple[str, str, str], list[str]] = defaultdict(list)
+    expected_text: dict[_TextKey, list[str]] = defaultdict(list)
     for entry in truth:
         event = entry.event
         seen = delivered.get(entry.cursor)
@@ -1105,6 +1105,19 @@ def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -
             unseen_status[event.delegation_id or ""] += 1
             continue
         report.lost.append(f"{where}: cursor {entry.cursor} ({event.kind}) never delivered")
+    _compare_folds_and_text(where, unseen_status, folded, expected_text, text, report)
+
+
+def _compare_folds_and_text(
+    where: str,
+    unseen_status: Counter[str],
+    folded: Counter[str],
+    expected_text: Mapping[_TextKey, list[str]],
+    text: Mapping[_TextKey, list[str]],
+    report: SoakReport,
+) -> None:
+    """A viewer's statuses it never got must be what fold notices announced, per delegation,
+    and the text it reassembled must be the journaled text, per (producer, message, kind)."""
     for delegation in set(unseen_status) | set(folded):
         if unseen_status[delegation] != folded[delegation]:
             report.lost.append(
@@ -1115,8 +1128,8 @@ def _account_viewer(outcome: _RunOutcome, viewer: _Viewer, report: SoakReport) -
         want, got = "".join(expected_text.get(key, [])), "".join(text.get(key, []))
         if want != got:
             report.lost.append(
-                f"{where}: text of {key[0]}/{key[1]} differs: "
-                f"journaled {len(want)} chars {want[:60]!r}, reassembled {len(got)} {got[:60]!r}"
+                f"{where}: text of {key[0]}/{key[1]} ({key[2]}) differs: journaled {len(want)} "
+                f"chars {want[:60]!r}, reassembled {len(got)} {got[:60]!r}"
             )
 
 
@@ -1417,19 +1430,7 @@ def _account_agui_viewer(
             unseen_status[event.delegation_id or ""] += 1
             continue
         report.lost.append(f"{where}: cursor {entry.cursor} ({event.kind}) never delivered")
-    for delegation in set(unseen_status) | set(folded):
-        if unseen_status[delegation] != folded[delegation]:
-            report.lost.append(
-                f"{where}: {delegation}: {unseen_status[delegation]} statuses not delivered, "
-                f"fold notices announce {folded[delegation]}"
-            )
-    for key in set(expected_text) | set(text):
-        want, got = "".join(expected_text.get(key, [])), "".join(text.get(key, []))
-        if want != got:
-            report.lost.append(
-                f"{where}: text of {key[0]}/{key[1]} ({key[2]}) differs: journaled {len(want)} "
-                f"chars {want[:60]!r}, reassembled {len(got)} {got[:60]!r}"
-            )
+    _compare_folds_and_text(where, unseen_status, folded, expected_text, text, report)
     if mode not in ("attributed", "custom"):
         return  # `inline` and `hidden` show no lifecycle (`_mode_leak` saw to that)
     for delegation in started | set(announced) | set(ended):

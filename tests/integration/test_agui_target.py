@@ -33,6 +33,7 @@ from adapters.agui import (
 from engine import (
     AgentSpec,
     ContextPolicy,
+    DelegationEvent,
     DelegationPolicy,
     DelegationRequest,
     DelegationTask,
@@ -42,6 +43,7 @@ from engine import (
     JournalEntry,
     Kind,
     RemoteCancel,
+    Run,
     Status,
     to_json,
 )
@@ -142,6 +144,15 @@ async def journal(eng: Engine, run_id: str) -> list[JournalEntry]:
             if entry.cursor >= head:
                 break
     return out
+
+
+async def input_request(run: Run) -> DelegationEvent:
+    """The run's first input request, read from its events as they come."""
+    async with run.events() as events:
+        async for entry in events:
+            if entry.event.kind == Kind.INPUT_REQUIRED:
+                return entry.event
+    raise AssertionError("the run ended without an input request")
 
 
 def of(entries: list[JournalEntry], delegation_id: str) -> list[Any]:
@@ -379,11 +390,7 @@ async def test_interrupt_is_answered_by_a_resume_run_covering_every_interrupt(
     agent = agui_agent(agui_server, "interrupt", input_required=InputRequiredMode.SURFACE)
     async with Engine([agent]) as eng, eng.open_run() as run:
         handle = run.start_delegation(DelegationRequest(agent="remote", objective="clean up"))
-        async with run.events() as events:
-            async for entry in events:
-                if entry.event.kind == Kind.INPUT_REQUIRED:
-                    asked = entry.event
-                    break
+        asked = await input_request(run)
         run.answer(handle.delegation_id, data={"approve-delete": True, "confirm-scope": "tmp only"})
         result = await handle.wait()
         entries = of(await journal(eng, run.run_id), handle.delegation_id)
@@ -415,10 +422,7 @@ async def test_one_text_answer_answers_every_interrupt(agui_server: AguiServer) 
     agent = agui_agent(agui_server, "interrupt", input_required=InputRequiredMode.SURFACE)
     async with Engine([agent]) as eng, eng.open_run() as run:
         handle = run.start_delegation(DelegationRequest(agent="remote", objective="x"))
-        async with run.events() as events:
-            async for entry in events:
-                if entry.event.kind == Kind.INPUT_REQUIRED:
-                    break
+        await input_request(run)
         run.answer(handle.delegation_id, text="yes")
         result = await handle.wait()
     await agent.target.aclose()  # type: ignore[attr-defined]
@@ -587,8 +591,8 @@ async def test_no_stop_for_a_remote_run_that_ended_or_never_started(
         agent = attrs.evolve(agent, target=AguiTarget(attrs.evolve(config, url=url)))
     result, _ = await delegate(agent)
     assert result.error is not None and result.error.code == code, result.error
-    # Nothing runs at the remote for this delegation: confirmed (as the A2A target confirms a
-    # task that already ended), never cancel_pending, and no stop request.
+    # Nothing runs at the remote for this delegation: not_needed (or no cancel at all), never
+    # cancel_pending, and no stop request.
     assert result.remote_cancel == remote_cancel
     assert stops_of(agui_server, result.delegation_id) == []
 
@@ -599,10 +603,7 @@ async def test_no_stop_for_an_interrupted_run_cancelled_while_it_waits_for_an_an
     agent = agui_agent(agui_server, "interrupt", input_required=InputRequiredMode.SURFACE)
     async with Engine([agent]) as eng, eng.open_run() as run:
         handle = run.start_delegation(DelegationRequest(agent="remote", objective="x"))
-        async with run.events() as events:
-            async for entry in events:
-                if entry.event.kind == Kind.INPUT_REQUIRED:
-                    break
+        await input_request(run)
         handle.cancel("the user walked away")
         result = await handle.wait()
     await agent.target.aclose()  # type: ignore[attr-defined]
