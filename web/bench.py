@@ -15,6 +15,8 @@ stays enabled (a server runs with it) but is emptied before each run.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import gc
 import math
 import os
@@ -33,7 +35,14 @@ import trio.testing
 
 from engine import DelegationEvent, JournalEntry, Kind, RunJournal
 
-__all__ = ["answer_lifespan", "bench_journal", "build_event_mix", "percentile"]
+__all__ = [
+    "answer_lifespan",
+    "bench_journal",
+    "build_event_mix",
+    "percentile",
+    "release_free_memory",
+    "rss_kib",
+]
 
 
 async def answer_lifespan(receive: Any, send: Any) -> None:
@@ -45,6 +54,27 @@ async def answer_lifespan(receive: Any, send: Any) -> None:
         elif message["type"] == "lifespan.shutdown":
             await send({"type": "lifespan.shutdown.complete"})
             return
+
+
+def release_free_memory() -> None:
+    """Collect garbage and hand freed heap back to the OS (glibc's `malloc_trim`, where there is
+    one), so a resident-set sample counts what is alive, not what an allocator keeps."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name is not None:
+        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
+        if trim is not None:
+            trim(0)
+
+
+def rss_kib() -> float:
+    """The resident set now, from /proc/self/statm (ru_maxrss, the peak, where there is none)."""
+    try:
+        with open("/proc/self/statm") as statm:
+            resident_pages = int(statm.read().split()[1])
+        return resident_pages * os.sysconf("SC_PAGE_SIZE") / 1024
+    except OSError:
+        return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def percentile(values: Sequence[float], q: float) -> float:

@@ -38,8 +38,6 @@ shows as a failed check, never a hang.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import functools
 import gc
 import logging
@@ -84,7 +82,7 @@ from engine import (
     Run,
     Status,
 )
-from web.bench import answer_lifespan, percentile
+from web.bench import answer_lifespan, percentile, release_free_memory, rss_kib
 
 __all__ = ["bench_mcp"]
 
@@ -284,29 +282,6 @@ async def _engine_alone_once(eng: Engine, calls: int) -> list[float]:
 # -- many runs -------------------------------------------------------------------------------
 
 
-def _release_free_memory() -> None:
-    """Collect garbage and hand freed heap back to the OS (glibc's `malloc_trim`, where there is
-    one), so that each measurement's RSS growth is its own, not absorbed by an earlier one's."""
-    gc.collect()
-    name = ctypes.util.find_library("c")
-    if name is not None:
-        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
-        if trim is not None:
-            trim(0)
-
-
-def _rss_kib() -> int:
-    """This process's resident set now (VmRSS), else its peak (ru_maxrss) where /proc is not."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-
-
 @attrs.define
 class _ManyRuns:
     runs: int
@@ -315,8 +290,8 @@ class _ManyRuns:
     calls_seconds: float = math.nan  # from the go signal to the last result
     close_seconds: float = math.nan  # from the release to the last session and run closed
     open_runs_after: int = -1  # `endpoint.open_runs` after every run closed (the floor: 0)
-    rss_before_kib: int = 0
-    rss_open_kib: int = 0
+    rss_before_kib: float = 0.0
+    rss_open_kib: float = 0.0
     latencies: list[float] = attrs.field(factory=list)
     errors: list[str] = attrs.field(factory=list)
     timed_out: str = ""  # the phase whose deadline passed, if one did
@@ -386,8 +361,8 @@ async def _many_once(
             figures.timed_out = f"{phase} ({deadline:g} s)"
         return event.is_set()
 
-    _release_free_memory()
-    figures.rss_before_kib = _rss_kib()
+    release_free_memory()
+    figures.rss_before_kib = rss_kib()
     async with trio.open_nursery() as nursery:
         start = time.perf_counter()
         for n in range(runs):
@@ -395,7 +370,7 @@ async def _many_once(
         if await reached(all_open, OPEN_DEADLINE, f"opening {runs} callers"):
             figures.open_seconds = time.perf_counter() - start
             figures.open_runs_seen = open_runs()
-            figures.rss_open_kib = _rss_kib()
+            figures.rss_open_kib = rss_kib()
             gc.collect()
             start = time.perf_counter()
             go.set()

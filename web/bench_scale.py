@@ -60,8 +60,6 @@ from __future__ import annotations
 
 import argparse
 import bisect
-import ctypes
-import ctypes.util
 import gc
 import json
 import logging
@@ -99,7 +97,7 @@ from engine import (
     RunJournal,
     Status,
 )
-from web.bench import percentile
+from web.bench import percentile, release_free_memory, rss_kib
 from web.bench_a2a import (
     _FLOORS,
     GOAL_CANCEL_P99_MS,
@@ -171,31 +169,10 @@ _ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # -- memory: the child process -------------------------------------------------------------------
 
 
-def _release_free_memory() -> None:
-    """Collect garbage and hand freed heap back to the OS (glibc's `malloc_trim`), so a sample
-    counts what is alive, not what an allocator keeps."""
-    gc.collect()
-    name = ctypes.util.find_library("c")
-    if name is not None:
-        trim = getattr(ctypes.CDLL(name), "malloc_trim", None)
-        if trim is not None:
-            trim(0)
-
-
-def _rss_kib() -> float:
-    """The resident set now, from /proc/self/statm (ru_maxrss, the peak, where there is none)."""
-    try:
-        with open("/proc/self/statm") as statm:
-            resident_pages = int(statm.read().split()[1])
-        return resident_pages * os.sysconf("SC_PAGE_SIZE") / 1024
-    except OSError:
-        return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
-
-
 async def _sample() -> float:
     await trio.sleep(0.05)  # let whatever was just woken run to its next park
-    _release_free_memory()
-    return _rss_kib()
+    release_free_memory()
+    return rss_kib()
 
 
 @attrs.define
@@ -415,7 +392,7 @@ async def _memory_child(delegations: int, tiny: bool, viewers: int) -> dict[str,
 
         # Warm-up: imports, code paths and the server's first requests, unmeasured and small.
         await one_round(2, 1, measure=False)
-        _release_free_memory()
+        release_free_memory()
         await one_round(n, viewers, measure=True)
     figures["rss_peak_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return figures
