@@ -18,6 +18,11 @@ second the card's URL; logs go to stderr. It listens on 127.0.0.1 unless told ot
 `--token-env NAME` every call needs `Authorization: Bearer $NAME` and the card says so (a CLI
 parent runs model-directed commands: do not expose it without one).
 
+Sockets. The listening socket is made with `IPPROTO_TCP`, so asyncio sets `TCP_NODELAY` on every
+connection it accepts: uvicorn writes a response's head and body separately, and with Nagle's
+algorithm on, the body waited for the client's delayed ACK of the head (about 40 ms per response
+on a kept-alive connection).
+
 Threads. The SDK server runs on asyncio (FACTS.md: it fails under Trio); the engine and the parent
 adapters run on Trio. Each A2A task gets its own worker thread running `trio.run`: an `Engine` (with
 a per-task MCP endpoint when the parent needs one: a CLI, or the host's agents to delegate to), one
@@ -715,40 +720,57 @@ def build_app(
     return app, card
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to (`host`, `port`), for uvicorn to listen on.
+
+    Made with `IPPROTO_TCP` rather than protocol 0: asyncio turns Nagle's algorithm off
+    (`TCP_NODELAY`) on the connections it accepts only when the socket says it is TCP, and
+    uvicorn writes a response's head and its body in two writes. With Nagle on, the body waits
+    until the head is acknowledged (RFC 896), and the client delays that ACK (RFC 1122 section
+    4.2.3.2): about 40 ms on every response of a kept-alive connection."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
 async def serve(options: A2AServeOptions, out: TextIO) -> None:
     """Listen, print `READY <port>` and the card URL, serve until stopped."""
     import uvicorn
 
-    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((options.host, options.port))
-    port = sock.getsockname()[1]
-    host = f"[{options.host}]" if ":" in options.host else options.host
-    base_url = (options.public_url or f"http://{host}:{port}").rstrip("/")
-    executor = ParentAgentExecutor(options, parent_factory(options))
-    app, _ = build_app(options, base_url, executor)
-    config = uvicorn.Config(
-        app,
-        log_config=None,
-        access_log=False,
-        http="h11",
-        ws="none",
-        lifespan="on",
-        timeout_graceful_shutdown=1,
-    )
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if serving.done():
-            await serving  # startup failed: raise its error
-            raise SystemExit("the server exited before it started")
-        await asyncio.sleep(0.01)
-    if options.watch_stdin:
-        _exit_when_stdin_closes(server)
-    out.write(f"READY {port}\ncard: {base_url}{CARD_PATH}\n")
-    out.flush()
-    await serving
+    sock = listening_socket(options.host, options.port)
+    with sock:  # closed even when serving is cancelled (uvicorn closes it only on shutdown)
+        port = sock.getsockname()[1]
+        host = f"[{options.host}]" if ":" in options.host else options.host
+        base_url = (options.public_url or f"http://{host}:{port}").rstrip("/")
+        executor = ParentAgentExecutor(options, parent_factory(options))
+        app, _ = build_app(options, base_url, executor)
+        config = uvicorn.Config(
+            app,
+            log_config=None,
+            access_log=False,
+            http="h11",
+            ws="none",
+            lifespan="on",
+            timeout_graceful_shutdown=1,
+        )
+        server = uvicorn.Server(config)
+        serving = asyncio.create_task(server.serve(sockets=[sock]))
+        while not server.started:
+            if serving.done():
+                await serving  # startup failed: raise its error
+                raise SystemExit("the server exited before it started")
+            await asyncio.sleep(0.01)
+        if options.watch_stdin:
+            _exit_when_stdin_closes(server)
+        out.write(f"READY {port}\ncard: {base_url}{CARD_PATH}\n")
+        out.flush()
+        await serving
 
 
 def _exit_when_stdin_closes(server: Any) -> None:

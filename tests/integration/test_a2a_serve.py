@@ -11,8 +11,11 @@ parent run threads alive), and a SIGTERM mid-task must end the process cleanly w
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -55,7 +58,7 @@ from engine import (
 from tests.node_packages import ensure_npm_packages
 from tests.servers.process import ready_server
 from web._child_process import read_ready_port, stop_process_group
-from web.a2a_serve import MAX_BATCHES_IN_FLIGHT, A2AServeOptions, ParentRunThread
+from web.a2a_serve import MAX_BATCHES_IN_FLIGHT, A2AServeOptions, ParentRunThread, serve
 
 pytestmark = pytest.mark.filterwarnings(
     # The a2a-sdk JSON-RPC client raises a stream's error (SubscribeToTask on a finished task)
@@ -362,6 +365,60 @@ async def test_with_a_token_every_call_needs_it_and_the_card_says_so(
     assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
     assert without.status == Status.FAILED and without.error is not None
     assert result.status == Status.COMPLETED, result
+
+
+def test_accepted_connections_send_without_waiting_for_acks() -> None:
+    """The server's side of each accepted connection has Nagle's algorithm off (TCP_NODELAY):
+    uvicorn writes a response's head and body separately, and with Nagle on the body waits for
+    the client's delayed ACK of the head, about 40 ms per response on a kept-alive connection.
+    `serve()` runs in this process, so its accepted socket can be found among ours."""
+
+    async def main() -> int:
+        out = io.StringIO()
+        serving = asyncio.create_task(serve(A2AServeOptions(), out))
+        try:
+            async with asyncio.timeout(20):
+                while not out.getvalue().startswith("READY "):
+                    if serving.done():
+                        await serving
+                    await asyncio.sleep(0.01)  # polled: serve() only writes its READY line
+            port = int(out.getvalue().split()[1])
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+                assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
+                client = writer.get_extra_info("socket")
+                return server_side_nodelay(local=client.getpeername(), peer=client.getsockname())
+            finally:
+                writer.close()
+                await writer.wait_closed()
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+
+    assert asyncio.run(main()) == 1
+
+
+def server_side_nodelay(*, local: Any, peer: Any) -> int:
+    """TCP_NODELAY of this process's socket connected from `local` to `peer`."""
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fd = os.dup(int(name))
+        except OSError:
+            continue  # the listing's own descriptor, closed by now
+        try:
+            sock = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)  # not a socket
+            continue
+        with sock:
+            if sock.type != socket.SOCK_STREAM or sock.family != socket.AF_INET:
+                continue
+            with contextlib.suppress(OSError):
+                if sock.getsockname() == local and sock.getpeername() == peer:
+                    return sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+    raise AssertionError(f"no socket from {local} to {peer} in this process")
 
 
 # --- failures and stopping -------------------------------------------------------------------
