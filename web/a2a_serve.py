@@ -14,24 +14,34 @@ handler and in-memory task store answer those). It holds no protocol mapping of 
 Routes: the card at `/.well-known/agent-card.json`, JSON-RPC at `/a2a/jsonrpc`, HTTP+JSON under
 `/a2a/rest` (with the SDK's tenant form `/a2a/rest/<tenant>/...`), and `/healthz` (JSON: tasks
 running, parent threads alive). The first stdout line is `READY <port>` once it listens, the
-second the card's URL; logs go to stderr. It listens on 127.0.0.1 unless told otherwise; with
-`--token-env NAME` every call needs `Authorization: Bearer $NAME` and the card says so (a CLI
-parent runs model-directed commands: do not expose it without one).
+second the card's URL; logs go to stderr.
+
+Who may call. It listens on 127.0.0.1 unless told otherwise. With `--token-env NAME` every call
+but the card's and /healthz needs `Authorization: Bearer $NAME` (read by
+`adapters.listener.bearer_token`, compared in constant time) and the card says so (a CLI parent
+runs model-directed commands: do not expose it without one). Every request, the card's too,
+first passes `adapters.listener.RequestGuard`: a `Host` that is an IP literal, `localhost`, the
+card's own host or one of `[server] allowed_hosts` (a page that rebinds its DNS name to
+127.0.0.1 still sends its own name), no web `Origin` but its own, no repeated single-valued
+header, JSON bodies only. A body is read before the SDK sees it: at most `MAX_BODY_BYTES` (413
+as soon as it passes that) and one JSON document within `parse_json_body`'s rules (400), since
+the SDK reads bodies whole and answers a deeply nested one as an internal error.
 
 Sockets. The listening socket is made with `IPPROTO_TCP`, so asyncio sets `TCP_NODELAY` on every
 connection it accepts: uvicorn writes a response's head and body separately, and with Nagle's
 algorithm on, the body waited for the client's delayed ACK of the head (about 40 ms per response
 on a kept-alive connection).
 
-Threads. The SDK server runs on asyncio (FACTS.md: it fails under Trio); the engine and the parent
-adapters run on Trio. Each A2A task gets its own worker thread running `trio.run`: an `Engine` (with
-a per-task MCP endpoint when the parent needs one: a CLI, or the host's agents to delegate to), one
-run, the parent adapter's `run(run, prompt)`, and a reader of the run's journal. The reader hands
-each batch of journal events to the asyncio loop (`loop.call_soon_threadsafe`); the task's executor
-maps and enqueues it, then gives the Trio thread a credit back (`TrioToken.run_sync_soon`). At most
-`MAX_BATCHES_IN_FLIGHT` batches are between the two: when the SDK is slower than the parent, the
-reader waits and the run journal's subscriber buffer merges text deltas meanwhile (its volatile
-lane), so memory stays bounded and no text is lost. Neither loop ever blocks on the other.
+Threads. The SDK server runs on asyncio (its server stack does not run under Trio); the engine and
+the parent adapters run on Trio. Each A2A task gets its own worker thread running `trio.run`: an
+`Engine` (with a per-task MCP endpoint when the parent needs one: a CLI, or the host's agents to
+delegate to), one run, the parent adapter's `run(run, prompt)`, and a reader of the run's journal.
+The reader hands each batch of journal events to the asyncio loop (`loop.call_soon_threadsafe`);
+the task's executor maps and enqueues it, then gives the Trio thread a credit back
+(`TrioToken.run_sync_soon`). At most `MAX_BATCHES_IN_FLIGHT` batches are between the two: when the
+SDK is slower than the parent, the reader waits and the run journal's subscriber buffer merges text
+deltas meanwhile (its volatile lane), so memory stays bounded and no text is lost. Neither loop
+ever blocks on the other.
 
 Cancellation. `CancelTask` makes the SDK call `ParentAgentExecutor.cancel()`, which asks the Trio
 thread to `run.cancel()` (through `run_sync_soon`). The run cancels its body: the adapter's `run()`
@@ -63,9 +73,10 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, MutableMapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, TextIO
+from urllib.parse import urlsplit
 
 import attrs
 import trio
@@ -91,6 +102,15 @@ from a2a.types import (
 from a2a.utils.errors import UnsupportedOperationError
 
 from adapters.a2a._serve_mapping import A2AUpdate, ParentTaskMapper
+from adapters.listener import (
+    Refusal,
+    RequestGuard,
+    bearer_token,
+    header_values,
+    is_ip_literal,
+    parse_json_body,
+    send_refusal,
+)
 from adapters.parents import Delegate, Say, ScriptedParent, Think
 from engine import DelegationEvent, Engine, Run
 from web.config import ConfigError, HostConfig, load_config, parse_config
@@ -100,6 +120,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_BATCHES_IN_FLIGHT",
+    "MAX_BODY_BYTES",
     "SCRIPTS",
     "A2AServeOptions",
     "ParentAgentExecutor",
@@ -112,6 +133,8 @@ log: Final = logging.getLogger(__name__)
 
 #: Journal batches handed to the asyncio side and not yet mapped, per task.
 MAX_BATCHES_IN_FLIGHT: Final = 2
+#: The largest request body read (a task's message with its parts); larger ones get 413.
+MAX_BODY_BYTES: Final = 4 << 20
 #: How long stopping the server waits for the parents still running to stop.
 SHUTDOWN_TIMEOUT: Final = 15.0
 CARD_PATH: Final = "/.well-known/agent-card.json"
@@ -220,6 +243,16 @@ class A2AServeOptions:
             "codex": "Codex",
         }[self.parent]
         return f"{what}, served over A2A by subagent-engine; streams its progress and answer."
+
+    def allowed_hosts(self, base_url: str) -> tuple[str, ...]:
+        """The host names requests may carry beyond IP literals and `localhost`: the one the
+        card advertises (`base_url`: `--public-url`, else `--host`) and `[server]
+        allowed_hosts`."""
+        hosts = tuple(self.config.server.allowed_hosts)
+        advertised = urlsplit(base_url).hostname
+        if advertised and not is_ip_literal(advertised):
+            hosts += (advertised,)
+        return hosts
 
     @property
     def needs_endpoint(self) -> bool:
@@ -644,29 +677,105 @@ class ParentAgentExecutor(AgentExecutor):
 
 
 class _BearerAuth:
-    """Every HTTP request but the card's and /healthz must carry the bearer token (compared in
-    constant time); others get 401 with a JSON reason and `WWW-Authenticate`."""
+    """Every HTTP request but the card's and /healthz must carry the bearer token: read by the
+    one parser of every listener (`bearer_token`: the scheme in any case, a repeated header
+    refused with 400), compared in constant time; others get 401 with a JSON reason and
+    `WWW-Authenticate` (RFC 6750 section 3)."""
 
     OPEN_PATHS: Final = frozenset({CARD_PATH, "/healthz"})
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self._expected = f"Bearer {token}".encode()
+        self._expected = token.encode()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS:
-            presented = dict(scope.get("headers") or ()).get(b"authorization", b"")
-            if not hmac.compare_digest(presented, self._expected):
-                from starlette.responses import JSONResponse
-
-                response = JSONResponse(
-                    {"error": "unauthorized", "message": "This agent needs its bearer token."},
-                    status_code=401,
-                    headers={"WWW-Authenticate": 'Bearer realm="subagent-engine a2a-serve"'},
+            try:
+                presented = bearer_token(
+                    header_values(scope.get("headers") or (), b"authorization")
                 )
-                await response(scope, receive, send)
+                if presented is None or not hmac.compare_digest(presented.encode(), self._expected):
+                    raise Refusal(
+                        401,
+                        "unauthorized",
+                        "This agent needs its bearer token.",
+                        headers=[("www-authenticate", 'Bearer realm="subagent-engine a2a-serve"')],
+                    )
+            except Refusal as refusal:
+                await send_refusal(scope, send, refusal)
                 return
         await self.app(scope, receive, send)
+
+
+_Message = MutableMapping[str, Any]
+_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
+
+
+class _BoundedJsonBody:
+    """Read each request's body before the application does, and refuse what it must not see.
+
+    The SDK reads a body whole (`request.json()`, `request.body()`) with no bound, and its
+    JSON-RPC route answers a body nested too deep for Python's parser as an internal error.
+    Here a body is counted as it arrives: a declared `Content-Length` above `limit` is refused
+    before a byte is read, and a body that passes `limit` is refused as soon as it does (413,
+    `Connection: close`), so at most `limit` bytes are ever held. A POST, PUT or PATCH body must
+    then be one JSON document within `parse_json_body`'s rules (400: not JSON, `NaN`, deeper than
+    `MAX_JSON_DEPTH`). The application receives the body as one message, then the server's own
+    `receive` (a disconnect while it streams its answer)."""
+
+    def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            body = await self._read(scope, receive)
+            if body and scope["method"] in _BODY_METHODS:
+                parse_json_body(body)
+        except Refusal as refusal:
+            await send_refusal(scope, send, refusal)
+            return
+        if body is None:
+            return  # the client left before its body ended: nobody to answer
+        pending: list[_Message] = [{"type": "http.request", "body": body, "more_body": False}]
+
+        async def replay() -> _Message:
+            if pending:
+                return pending.pop()
+            message: _Message = await receive()
+            return message
+
+        await self.app(scope, replay, send)
+
+    async def _read(self, scope: Any, receive: Any) -> bytes | None:
+        declared = header_values(scope.get("headers") or (), b"content-length")
+        if declared and declared[0].strip().isdigit() and int(declared[0]) > self.limit:
+            raise self._too_large()
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.limit:
+                raise self._too_large()
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    def _too_large(self) -> Refusal:
+        # The rest of the body is never read, so the connection cannot carry another request.
+        return Refusal(
+            413,
+            "too_large",
+            f"The request body is over {self.limit} bytes.",
+            headers=[("connection", "close")],
+        )
 
 
 def build_app(
@@ -714,10 +823,14 @@ def build_app(
         with contextlib.suppress(Exception, TimeoutError):
             await asyncio.wait_for(handler.aclose(), timeout=1.0)
 
-    app: Any = Starlette(routes=routes, lifespan=lifespan)
+    app: Any = _BoundedJsonBody(Starlette(routes=routes, lifespan=lifespan))
     if options.token is not None:
         app = _BearerAuth(app, options.token)
-    return app, card
+    # Outermost: refused for its headers before a token is compared or a body byte is read.
+    guarded = RequestGuard(
+        app, allowed_hosts=options.allowed_hosts(base_url), allowed_origins=(), websockets=False
+    )
+    return guarded, card
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import io
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,7 +59,13 @@ from engine import (
 from tests.node_packages import ensure_npm_packages
 from tests.servers.process import ready_server
 from web._child_process import read_ready_port, stop_process_group
-from web.a2a_serve import MAX_BATCHES_IN_FLIGHT, A2AServeOptions, ParentRunThread, serve
+from web.a2a_serve import (
+    MAX_BATCHES_IN_FLIGHT,
+    MAX_BODY_BYTES,
+    A2AServeOptions,
+    ParentRunThread,
+    serve,
+)
 
 pytestmark = pytest.mark.filterwarnings(
     # The a2a-sdk JSON-RPC client raises a stream's error (SubscribeToTask on a finished task)
@@ -343,28 +350,178 @@ async def test_subscribe_mid_task_follows_it_to_the_cancel(
     assert (await slow_agent.idle())["parent_threads"] == 0
 
 
+TOKEN_ENV = "A2A_SERVE_TEST_TOKEN"
+TOKEN = "s3cret-token-of-the-test-0123"
+
+
+@pytest.fixture(scope="module")
+def token_agent() -> Iterator[ServedAgent]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(TOKEN_ENV, TOKEN)
+        with served_agent("--token-env", TOKEN_ENV) as agent:
+            yield agent
+
+
 async def test_with_a_token_every_call_needs_it_and_the_card_says_so(
-    monkeypatch: pytest.MonkeyPatch,
+    token_agent: ServedAgent,
 ) -> None:
-    monkeypatch.setenv("A2A_SERVE_TEST_TOKEN", "s3cret-token")
-    with served_agent("--token-env", "A2A_SERVE_TEST_TOKEN") as served:
-        async with httpx.AsyncClient(timeout=5) as http:
-            card = (await http.get(served.card_url)).json()
-            refused = await http.get(f"{served.base_url}/a2a/rest/tasks/nope")
-        spec = agent_spec(served)
-        without, _ = await delegate(spec)
-        config = A2AAgentConfig(
-            card_url=served.card_url, auth_header=("Authorization", "Bearer s3cret-token")
-        )
-        authorized = AgentSpec(
-            key="served", protocol="a2a", target=A2ATarget(config), secrets=config.secrets
-        )
-        result, _ = await delegate(authorized)
+    served = token_agent
+    async with httpx.AsyncClient(timeout=5) as http:
+        card = (await http.get(served.card_url)).json()
+        refused = await http.get(f"{served.base_url}/a2a/rest/tasks/nope")
+    spec = agent_spec(served)
+    without, _ = await delegate(spec)
+    config = A2AAgentConfig(
+        card_url=served.card_url, auth_header=("Authorization", f"Bearer {TOKEN}")
+    )
+    authorized = AgentSpec(
+        key="served", protocol="a2a", target=A2ATarget(config), secrets=config.secrets
+    )
+    result, _ = await delegate(authorized)
     assert validate_card(card).name == "subagent-engine scripted"
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
     assert without.status == Status.FAILED and without.error is not None
     assert result.status == Status.COMPLETED, result
+
+
+def get_task(served: ServedAgent, headers: Sequence[tuple[str, str]] = ()) -> httpx.Response:
+    """JSON-RPC GetTask of an unknown task: 200 (a JSON-RPC error) once a request gets through."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "nope"}}
+    return httpx.post(
+        f"{served.base_url}/a2a/jsonrpc",
+        json=body,
+        headers=[("A2A-Version", "1.0"), *headers],
+        timeout=5,
+    )
+
+
+def test_the_bearer_scheme_is_case_insensitive_and_a_second_authorization_is_refused(
+    token_agent: ServedAgent,
+) -> None:
+    """RFC 9110 section 11.1: the scheme is case-insensitive. Two Authorization headers are
+    refused outright: a proxy in front could check one and this server read the other."""
+    for scheme in ("Bearer", "bearer", "BEARER"):
+        assert get_task(token_agent, [("Authorization", f"{scheme} {TOKEN}")]).status_code == 200
+    right, wrong = ("Authorization", f"Bearer {TOKEN}"), ("Authorization", "Bearer not-the-token")
+    for pair in ((wrong, right), (right, wrong)):
+        twice = get_task(token_agent, pair)
+        assert twice.status_code == 400, twice.text
+        assert twice.json()["error"] == "duplicate_header"
+    for headers in ([], [wrong], [("Authorization", f"Basic {TOKEN}")]):
+        refused = get_task(token_agent, headers)
+        assert refused.status_code == 401, (headers, refused.text)
+        assert refused.headers["www-authenticate"].startswith("Bearer ")
+        assert refused.json()["error"] in ("unauthorized", "bad_authorization")
+
+
+def test_a_host_name_it_does_not_answer_to_is_refused_everywhere(reply_agent: ServedAgent) -> None:
+    """A page whose DNS name was rebound to 127.0.0.1 reaches the port but sends its own name
+    as Host (RFC 9110 section 7.2): 421 on every route, the open card and /healthz included."""
+    rebound = {"Host": f"rebound.example:{reply_agent.port}"}
+    for path in ("/healthz", "/.well-known/agent-card.json", "/a2a/rest/tasks/nope"):
+        response = httpx.get(f"{reply_agent.base_url}{path}", headers=rebound, timeout=5)
+        assert response.status_code == 421, (path, response.text)
+        assert response.json()["error"] == "unknown_host"
+    posted = get_task(reply_agent, list(rebound.items()))
+    assert posted.status_code == 421
+    for host in (f"localhost:{reply_agent.port}", f"127.0.0.1:{reply_agent.port}"):
+        assert get_task(reply_agent, [("Host", host)]).status_code == 200
+
+
+def test_a_web_page_cannot_post_to_it_cross_site(reply_agent: ServedAgent) -> None:
+    """No web origin may call it (403), and a body that is not JSON is refused (415): a browser
+    sends text/plain bodies to any site without asking first."""
+    foreign = get_task(reply_agent, [("Origin", "http://attacker.example")])
+    assert foreign.status_code == 403 and foreign.json()["error"] == "forbidden_origin"
+    assert get_task(reply_agent, [("Origin", "null")]).status_code == 403
+    body = b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "nope"}}'
+    plain = httpx.post(
+        f"{reply_agent.base_url}/a2a/jsonrpc",
+        content=body,
+        headers={"Content-Type": "text/plain", "A2A-Version": "1.0"},
+        timeout=5,
+    )
+    assert plain.status_code == 415 and plain.json()["error"] == "unsupported_media_type"
+    answered = get_task(reply_agent)
+    assert answered.status_code == 200
+    assert answered.headers["x-frame-options"] == "DENY"
+    assert answered.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_cards_host_and_the_configured_hosts_are_answered(tmp_path: Path) -> None:
+    config = tmp_path / "host.toml"
+    config.write_text('[server]\nallowed_hosts = ["Agents.Internal"]\n')
+    public = "https://a2a.example:9443"
+    with served_agent("--config", str(config), "--public-url", public) as served:
+        card = httpx.get(served.card_url, timeout=5).json()
+        statuses = {
+            host: httpx.get(
+                f"{served.base_url}/healthz", headers={"Host": host}, timeout=5
+            ).status_code
+            for host in ("a2a.example:9443", "agents.internal", "elsewhere.example")
+        }
+    assert card["supportedInterfaces"][0]["url"] == f"{public}/a2a/jsonrpc"
+    assert statuses == {"a2a.example:9443": 200, "agents.internal": 200, "elsewhere.example": 421}
+
+
+@pytest.mark.parametrize("path", ["/a2a/jsonrpc", "/a2a/rest/message:send"])
+def test_a_deeply_nested_body_is_refused_with_400(reply_agent: ServedAgent, path: str) -> None:
+    """100,000 levels of `[` overflow Python's JSON parser; the SDK answered that on JSON-RPC as
+    an internal error (-32603, with a traceback in the log)."""
+    for body in (b"[" * 100_000, b'{"a":' * 40 + b"1" + b"}" * 40):
+        response = httpx.post(
+            f"{reply_agent.base_url}{path}",
+            content=body,
+            headers={"Content-Type": "application/json", "A2A-Version": "1.0"},
+            timeout=10,
+        )
+        assert response.status_code == 400, response.text
+        assert response.json()["error"] == "too_deep"
+    assert reply_agent.health()["status"] == "ok"
+
+
+def read_response_head(sock: socket.socket) -> bytes:
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    return head
+
+
+def test_a_body_over_the_limit_is_refused_without_reading_it(reply_agent: ServedAgent) -> None:
+    """A declared Content-Length over `MAX_BODY_BYTES` is refused before a body byte is sent; a
+    chunked body is refused as soon as it passes the limit, long before it ends."""
+    head = (
+        f"POST /a2a/jsonrpc HTTP/1.1\r\nHost: 127.0.0.1:{reply_agent.port}\r\n"
+        "Content-Type: application/json\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", reply_agent.port), timeout=10) as sock:
+        sock.sendall(f"{head}Content-Length: {MAX_BODY_BYTES + 1}\r\n\r\n".encode())
+        declared = read_response_head(sock)
+    assert declared.startswith(b"HTTP/1.1 413 "), declared
+    assert b"connection: close" in declared.lower()
+
+    piece = 256 * 1024
+    chunk = f"{piece:x}\r\n".encode() + b" " * piece + b"\r\n"
+    sent = 0
+    with socket.create_connection(("127.0.0.1", reply_agent.port), timeout=10) as sock:
+        sock.sendall(f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
+        # Never the last chunk: the body is bounded only by the server refusing it.
+        while sent < 16 * MAX_BODY_BYTES:
+            readable, _, _ = select.select([sock], [], [], 0)
+            if readable:
+                break
+            try:
+                sock.sendall(chunk)
+            except OSError:
+                break  # the server closed after answering: its answer is still to be read
+            sent += piece
+        streamed = read_response_head(sock)
+    assert streamed.startswith(b"HTTP/1.1 413 "), (sent, streamed)
+    assert reply_agent.health()["status"] == "ok"
 
 
 def test_accepted_connections_send_without_waiting_for_acks() -> None:
