@@ -16,12 +16,13 @@ Routes: the card at `/.well-known/agent-card.json`, JSON-RPC at `/a2a/jsonrpc`, 
 running, parent threads alive). The first stdout line is `READY <port>` once it listens, the
 second the card's URL; logs go to stderr.
 
-Who may call. It listens on 127.0.0.1 unless told otherwise. With `--token-env NAME` every call
-but the card's and /healthz needs `Authorization: Bearer $NAME` (read by
-`adapters.listener.bearer_token`, compared in constant time) and the card says so (a CLI parent
-runs model-directed commands: do not expose it without one). Every request, the card's too,
-first passes `adapters.listener.RequestGuard`: a `Host` that is an IP literal, `localhost`, the
-card's own host or one of `[server] allowed_hosts` (a page that rebinds its DNS name to
+Who may call. It listens on 127.0.0.1 unless told otherwise. With `--token-env NAME` (at least
+`MIN_HOST_TOKEN_CHARS` characters) every call but the card's and /healthz needs
+`Authorization: Bearer $NAME` (read by `adapters.listener.bearer_token`, compared in constant
+time) and the card says so; an address beyond loopback without one is refused at start, because
+the served parent runs model-directed commands for whoever reaches it. Every request, the card's
+too, first passes `adapters.listener.RequestGuard`: a `Host` that is an IP literal, `localhost`,
+the card's own host or one of `[server] allowed_hosts` (a page that rebinds its DNS name to
 127.0.0.1 still sends its own name), no web `Origin` but its own, no repeated single-valued
 header, JSON bodies only. A body is read before the SDK sees it: at most `MAX_BODY_BYTES` (413
 as soon as it passes that) and one JSON document within `parse_json_body`'s rules (400), since
@@ -108,12 +109,13 @@ from adapters.listener import (
     bearer_token,
     header_values,
     is_ip_literal,
+    is_loopback,
     parse_json_body,
     send_refusal,
 )
 from adapters.parents import Delegate, Say, ScriptedParent, Think
 from engine import DelegationEvent, Engine, Run
-from web.config import ConfigError, HostConfig, load_config, parse_config
+from web.config import MIN_HOST_TOKEN_CHARS, ConfigError, HostConfig, load_config, parse_config
 
 if TYPE_CHECKING:
     from web.server import ParentAgent
@@ -927,9 +929,11 @@ def a2a_serve_main(
     except ConfigError as exc:
         print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
         return 2
+    host = host or config.server.host
     token = os.environ.get(token_env) if token_env else None
-    if token_env and not token:
-        print(f"subagent-engine a2a-serve: {token_env} (--token-env) is not set", file=sys.stderr)
+    problem = _token_problem(token_env, token, host)
+    if problem is not None:
+        print(f"subagent-engine a2a-serve: {problem}", file=sys.stderr)
         return 2
     options = A2AServeOptions(
         parent=parent or config.parent.kind,
@@ -939,7 +943,7 @@ def a2a_serve_main(
         skills=tuple(_skill(text) for text in skills),
         script=script,
         binary=binary,
-        host=host or config.server.host,
+        host=host,
         port=port if port is not None else 0,
         public_url=public_url,
         cancel_grace=cancel_grace,
@@ -974,6 +978,37 @@ def a2a_serve_main(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     return 0
+
+
+def _token_problem(token_env: str | None, token: str | None, host: str) -> str | None:
+    """Why `--token-env` (the variable's name, its value) cannot serve on `host`, if it cannot:
+    beyond loopback a token is required, and a token must be one a client can present."""
+    if not token_env:
+        if is_loopback(host):
+            return None
+        return (
+            f"listening on {host} reaches beyond this machine: pass --token-env NAME (every call "
+            "but the card's then needs 'Authorization: Bearer <the value of NAME>'); without a "
+            "token, anyone who reaches the port runs the served parent, and a CLI parent runs "
+            "the commands its model asks for"
+        )
+    if not token:
+        return f"{token_env} (--token-env) is not set"
+    if len(token) < MIN_HOST_TOKEN_CHARS or not _presentable(token):
+        return (
+            f"the token in {token_env} (--token-env) must be at least {MIN_HOST_TOKEN_CHARS} "
+            "characters of A-Z a-z 0-9 - . _ ~ + / (e.g. python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))')"
+        )
+    return None
+
+
+def _presentable(token: str) -> bool:
+    """Whether a client can present `token`: the bearer parser reads it back unchanged."""
+    try:
+        return bearer_token([b"Bearer " + token.encode("ascii")]) == token
+    except (UnicodeEncodeError, Refusal):
+        return False
 
 
 def _stopped(signum: int, frame: Any) -> None:

@@ -92,7 +92,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="host configuration (TOML): [parent] model settings, [[agents]] it may delegate to",
     )
-    a2a_serve.add_argument("--host", help="address to listen on (default: the config's)")
+    a2a_serve.add_argument(
+        "--host",
+        help="address to listen on (default: the config's, 127.0.0.1; beyond loopback, "
+        "--token-env is required)",
+    )
     a2a_serve.add_argument("--port", type=int, help="port (default: 0, any free port)")
     a2a_serve.add_argument("--name", help="the agent card's name")
     a2a_serve.add_argument("--description", help="the agent card's description")
@@ -122,7 +126,8 @@ def _parser() -> argparse.ArgumentParser:
     a2a_serve.add_argument(
         "--token-env",
         metavar="NAME",
-        help="require 'Authorization: Bearer <the value of NAME>' on every call but the card's",
+        help="require 'Authorization: Bearer <the value of NAME>' on every call but the card's "
+        "(a token of 16 characters or more; required to listen beyond loopback)",
     )
     a2a_serve.add_argument(
         "--watch-stdin", action="store_true", help="exit when stdin closes (child processes)"

@@ -465,6 +465,48 @@ def test_the_cards_host_and_the_configured_hosts_are_answered(tmp_path: Path) ->
     assert statuses == {"a2a.example:9443": 200, "agents.internal": 200, "elsewhere.example": 421}
 
 
+def a2a_serve_exit(
+    *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `a2a-serve ARGS` with stdin closed: one that starts exits 0 at once (it watches
+    stdin); one refused at start exits 2."""
+    return subprocess.run(
+        a2a_serve_argv(*args),
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_listening_beyond_loopback_needs_a_token_and_a_token_needs_16_characters() -> None:
+    tokenless = a2a_serve_exit("--host", "0.0.0.0")
+    assert tokenless.returncode == 2, tokenless
+    assert tokenless.stdout == ""  # it never listened
+    assert (
+        "subagent-engine a2a-serve: listening on 0.0.0.0 reaches beyond this machine: pass "
+        "--token-env NAME" in tokenless.stderr
+    )
+    assert "commands its model asks for" in tokenless.stderr
+    short = a2a_serve_exit("--token-env", TOKEN_ENV, env={TOKEN_ENV: "fifteen-chars-x"})
+    assert short.returncode == 2, short
+    assert (
+        f"subagent-engine a2a-serve: the token in {TOKEN_ENV} (--token-env) must be at least "
+        "16 characters" in short.stderr
+    )
+    spaced = a2a_serve_exit("--token-env", TOKEN_ENV, env={TOKEN_ENV: "sixteen chars, and more"})
+    assert spaced.returncode == 2 and "must be at least 16 characters" in spaced.stderr
+    # On loopback no token is needed; beyond it, a good one will do.
+    assert a2a_serve_exit("--host", "localhost").returncode == 0
+    with_token = a2a_serve_exit(
+        "--host", "0.0.0.0", "--token-env", TOKEN_ENV, env={TOKEN_ENV: TOKEN}
+    )
+    assert with_token.returncode == 0 and with_token.stdout.startswith("READY "), with_token
+
+
 @pytest.mark.parametrize("path", ["/a2a/jsonrpc", "/a2a/rest/message:send"])
 def test_a_deeply_nested_body_is_refused_with_400(reply_agent: ServedAgent, path: str) -> None:
     """100,000 levels of `[` overflow Python's JSON parser; the SDK answered that on JSON-RPC as
