@@ -15,12 +15,15 @@ are `subagent-engine a2a-serve` processes, the parents are `adapters.parents`'.
 - `--print`: the terminal demo (`run_demo`): one run with two in-process subagents, its ordered
   event stream printed as it happens (one line per journal entry, or JSON lines).
 
-Child processes: each remote runs in its own process group with `--watch-stdin` (it exits when
-the demo's end of its stdin closes, so even a killed demo leaves none behind); the demo reads
-its `READY <port>` line, and on Ctrl-C or SIGTERM stops the page first (every run cancelled,
-remote tasks included, while the remotes still listen), then closes their stdin, SIGTERMs their
-groups, waits, and SIGKILLs what is left after a grace period. A second signal skips the wait
-for the runs.
+Child processes: each remote runs in its own process group with `--watch-stdin` (it exits when the
+demo's end of its stdin closes, so even a killed demo leaves none behind) and `--token-env
+REMOTE_TOKEN_ENV`: the demo draws a random token at start and hands it to the remotes in their
+environment only (never on a command line, never printed), and to the bundled server's agents as
+their credential, so nothing else on the machine can drive a remote (a CLI remote runs the commands
+its model asks for). The demo reads each remote's `READY <port>` line, and on Ctrl-C or SIGTERM
+stops the page first (every run cancelled, remote tasks included, while the remotes still listen),
+then closes their stdin, SIGTERMs their groups, waits, and SIGKILLs what is left after a grace
+period. A second signal skips the wait for the runs.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import errno
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import subprocess
@@ -47,10 +51,11 @@ import engine
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import DEFAULT_SCRIPT, Answer, Delegate, Say, ScriptedParent, Think
 from engine import AgentSpec, DelegationRequest, Engine, JournalEntry, Kind, Run
-from web.config import AgentEntry, ConfigError, HostConfig, ParentEntry, ServerEntry
+from web.config import AgentEntry, AuthEntry, ConfigError, HostConfig, ParentEntry, ServerEntry
 
 __all__ = [
     "BUILTIN_REMOTES",
+    "REMOTE_TOKEN_ENV",
     "BuiltinRemote",
     "DemoError",
     "DemoOptions",
@@ -218,6 +223,8 @@ READY_TIMEOUT: Final = 60.0
 STOP_GRACE: Final = 10.0
 PARENTS: Final = ("scripted", "claude", "codex")
 REMOTES: Final = ("builtin", "codex", "claude")
+#: The variable that carries the remotes' bearer token into their environment (`--token-env`).
+REMOTE_TOKEN_ENV: Final = "SUBAGENT_ENGINE_REMOTE_TOKEN"
 
 Step = Say | Think | Delegate | Answer
 
@@ -311,7 +318,8 @@ class DemoPlan:
     files: Mapping[str, str] = attrs.field(factory=dict)
 
     def host_config(self, card_urls: Mapping[str, str]) -> HostConfig:
-        """The bundled server's configuration once the remotes listen at `card_urls`."""
+        """The bundled server's configuration once the remotes listen at `card_urls`; each agent
+        presents the remotes' token, read from `REMOTE_TOKEN_ENV` (see `agent_specs`)."""
         agents = tuple(
             AgentEntry(
                 key=remote.key,
@@ -319,6 +327,7 @@ class DemoPlan:
                 card_url=card_urls[remote.key],
                 display_name=remote.display_name,
                 description=remote.description,
+                auth=AuthEntry(token_env=REMOTE_TOKEN_ENV),
             )
             for remote in self.remotes
         )
@@ -483,6 +492,7 @@ def plan_demo(
                     *("--description", remote.description),
                     *("--skill", f"{remote.key}={remote.description}"),
                     *("--host", "127.0.0.1", "--port", "0", "--watch-stdin"),
+                    *("--token-env", REMOTE_TOKEN_ENV),
                 ),
                 what=f"a2a-serve --parent scripted --script {remote.key}",
             )
@@ -501,6 +511,7 @@ def plan_demo(
             "--port", "0",
             "--name", cli.label,
             "--watch-stdin",
+            "--token-env", REMOTE_TOKEN_ENV,
         )  # fmt: skip
         remotes = (
             RemoteAgent(
@@ -554,10 +565,14 @@ async def _ready_port(remote: RemoteAgent, proc: trio.Process) -> int:
 
 
 @asynccontextmanager
-async def _running_remotes(remotes: Sequence[RemoteAgent]) -> AsyncIterator[list[_Running]]:
-    """Start every remote (each in its own process group), wait for their READY lines; on
-    exit, even a cancelled one, stop them all (see `_stop_remotes`)."""
+async def _running_remotes(
+    remotes: Sequence[RemoteAgent], token: str
+) -> AsyncIterator[list[_Running]]:
+    """Start every remote (each in its own process group, `token` in its environment as
+    `REMOTE_TOKEN_ENV`), wait for their READY lines; on exit, even a cancelled one, stop them
+    all (see `_stop_remotes`)."""
     procs: list[trio.Process] = []
+    env = {**os.environ, REMOTE_TOKEN_ENV: token}
     try:
         for remote in remotes:
             proc = await trio.lowlevel.open_process(
@@ -565,6 +580,7 @@ async def _running_remotes(remotes: Sequence[RemoteAgent]) -> AsyncIterator[list
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 start_new_session=True,
+                env=env,
             )
             procs.append(proc)
         running = [
@@ -633,6 +649,9 @@ async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
 
     serving = False
     stop = trio.Event()
+    # The remotes' token lives in this process's memory and their environments only: not in
+    # os.environ, so a CLI parent started from here never sees it.
+    token = secrets.token_urlsafe(32)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             everything = trio.CancelScope()
@@ -645,13 +664,14 @@ async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
 
             nursery.start_soon(watch_signals)
             with everything:
-                async with _running_remotes(plan.remotes) as running:
+                async with _running_remotes(plan.remotes, token) as running:
                     try:
                         config = plan.host_config({r.remote.key: r.card_url for r in running})
                         parent = plan.parent_factory(config)
+                        agents = config.agent_specs({REMOTE_TOKEN_ENV: token})
                     except ConfigError as exc:
                         raise DemoStartError(str(exc)) from None
-                    async with open_host(config, config.agent_specs(), parent) as (hosted, mcp):
+                    async with open_host(config, agents, parent) as (hosted, mcp):
                         app = create_app(hosted, config, default_encoder_factory(), page=_page())
                         async with serve_app(
                             app, host=plan.options.host, port=plan.options.port

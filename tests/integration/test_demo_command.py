@@ -31,6 +31,7 @@ import pytest
 
 from adapters.agui import check_frames, parse_sse
 from tests.integration.conftest import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
+from web.demo import REMOTE_TOKEN_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 90.0  # two a2a-serve processes and the server import on a busy 2-core machine
@@ -43,6 +44,8 @@ class RunningDemo:
     #: remote agent key -> the pid of its a2a-serve process.
     remotes: dict[str, int]
     stderr_path: str
+    #: remote agent key -> the base URL of its a2a-serve process.
+    remote_urls: dict[str, str]
 
     def stderr(self) -> str:
         return Path(self.stderr_path).read_text(errors="replace")
@@ -86,6 +89,7 @@ def running_demo(*args: str, env: Mapping[str, str] | None = None) -> Iterator[R
             env=None if env is None else dict(env),
         )
         remotes: dict[str, int] = {}
+        urls: dict[str, str] = {}
         try:
             try:
                 lines = _read_lines_until(proc, "Ctrl-C stops", START_TIMEOUT)
@@ -95,10 +99,13 @@ def running_demo(*args: str, env: Mapping[str, str] | None = None) -> Iterator[R
                 pytest.fail(f"the demo did not start: {exc}\n{tail}", pytrace=False)
             assert lines[0].startswith("subagent-engine demo on http://127.0.0.1:"), lines
             for line in lines[1:]:
-                found = re.match(r"  (\w+): a remote A2A agent, .*\(pid (\d+)\)", line)
+                found = re.match(
+                    r"  (\w+): a remote A2A agent, .*\(pid (\d+)\): (http://[^/]+)/", line
+                )
                 if found:
                     remotes[found.group(1)] = int(found.group(2))
-            yield RunningDemo(proc, lines[0].split()[-1], remotes, stderr.name)
+                    urls[found.group(1)] = found.group(3)
+            yield RunningDemo(proc, lines[0].split()[-1], remotes, stderr.name, urls)
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -110,6 +117,22 @@ def running_demo(*args: str, env: Mapping[str, str] | None = None) -> Iterator[R
                     pass
             if proc.stdout is not None:
                 proc.stdout.close()
+
+
+def remote_token(pid: int) -> str:
+    """The bearer token the demo gave a remote, read from the remote's environment."""
+    for entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
+        name, _, value = entry.partition(b"=")
+        if name == REMOTE_TOKEN_ENV.encode():
+            return value.decode()
+    raise AssertionError(f"no {REMOTE_TOKEN_ENV} in the environment of {pid}")
+
+
+def get_task_status(base_url: str, headers: Mapping[str, str]) -> int:
+    """The HTTP status of a JSON-RPC GetTask (an unknown task) at a remote."""
+    body = {"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "none"}}
+    headers = {"A2A-Version": "1.0", **headers}
+    return httpx.post(f"{base_url}/a2a/jsonrpc", json=body, headers=headers, timeout=10).status_code
 
 
 def run_stream(url: str, prompt: str) -> list[tuple[Any, dict[str, Any]]]:
@@ -165,15 +188,24 @@ def subagents(frames: list[tuple[Any, dict[str, Any]]]) -> dict[str, dict[str, A
 
 
 def test_the_default_demo_delegates_to_two_a2a_remotes_and_stops_on_sigint() -> None:
+    tokens: dict[str, str] = {}
     with running_demo() as demo:
         assert set(demo.remotes) == {"research", "review"}
-        for pid in demo.remotes.values():
+        for key, pid in demo.remotes.items():
             # Each remote is the demo's own child, in a process group of its own.
             assert parent_pid(pid) == demo.proc.pid and os.getpgid(pid) == pid
+            # Only the demo can drive it: a call without the demo's token is refused. The token
+            # is in the remote's environment, never on its command line.
+            base_url = demo.remote_urls[key]
+            token = tokens[key] = remote_token(pid)
+            assert len(token) >= 32 and token not in Path(f"/proc/{pid}/cmdline").read_text()
+            assert get_task_status(base_url, {}) == 401
+            assert get_task_status(base_url, {"Authorization": f"Bearer {token}"}) == 200
         assert httpx.get(f"{demo.url}/healthz", timeout=10).json() == {"status": "ok"}
         frames = run_stream(demo.url, "How do remote subagents stream?")
         rest = stop_with_sigint(demo)
         log = demo.stderr()
+    assert not any(token in rest or token in log for token in tokens.values())
     assert check_frames(frames) == []
     kinds = [event["type"] for _, event in frames]
     assert kinds[0] == "RUN_STARTED" and kinds[-1] == "RUN_FINISHED"

@@ -18,9 +18,10 @@ import attrs
 import pytest
 
 from adapters.parents import DEFAULT_SCRIPT, Delegate, Say, Think
-from web.config import parse_config
+from web.config import ConfigError, parse_config
 from web.demo import (
     BUILTIN_REMOTES,
+    REMOTE_TOKEN_ENV,
     DemoError,
     DemoOptions,
     RemoteAgent,
@@ -126,7 +127,7 @@ def test_the_default_plan_is_two_builtin_a2a_remotes_and_the_scripted_parent(
     assert {call["agent"] for call in delegate.calls} == set(BUILTIN_REMOTES)
     urls = {"research": "http://127.0.0.1:1/card", "review": "http://127.0.0.1:2/card"}
     config = plan.host_config(urls)
-    specs = config.agent_specs()
+    specs = config.agent_specs({REMOTE_TOKEN_ENV: "t" * 43})
     assert [(s.key, s.protocol, s.display_name) for s in specs] == [
         ("research", "a2a", "Research Agent"),
         ("review", "a2a", "Review Agent"),
@@ -134,6 +135,32 @@ def test_the_default_plan_is_two_builtin_a2a_remotes_and_the_scripted_parent(
     assert (config.server.host, config.server.port) == ("127.0.0.1", 8080)
     parent = plan.parent_factory(config)()
     assert parent.script == DEFAULT_SCRIPT
+
+
+@pytest.mark.parametrize(
+    ("options", "cli"),
+    [(DemoOptions(), None), (DemoOptions(remote="codex", model_endpoint="http://m"), "codex")],
+)
+def test_every_remote_needs_the_token_the_bundled_servers_agents_present(
+    tmp_path: Path, options: DemoOptions, cli: str | None
+) -> None:
+    """The remotes read their token from the environment (its name on their command line, never
+    the token); the bundled server's agents present the same variable's value as a bearer."""
+    plan = plan_demo(options, workdir=str(tmp_path), which=on_path("codex"), environ={})
+    for remote in plan.remotes:
+        argv = list(remote.argv)
+        assert argv[argv.index("--token-env") + 1] == REMOTE_TOKEN_ENV
+    config = plan.host_config(
+        {remote.key: f"http://127.0.0.1:1/{remote.key}" for remote in plan.remotes}
+    )
+    token = "t0ken-" * 8
+    specs = config.agent_specs({REMOTE_TOKEN_ENV: token})
+    assert [spec.target.config.auth_header for spec in specs] == [  # type: ignore[attr-defined]
+        ("Authorization", f"Bearer {token}")
+    ] * len(plan.remotes)
+    assert all(token in spec.secrets for spec in specs)  # redacted wherever the engine reports
+    with pytest.raises(ConfigError, match=REMOTE_TOKEN_ENV):
+        config.agent_specs({})
 
 
 def test_the_builtin_remote_scripts_stream_at_a_human_pace() -> None:
