@@ -34,8 +34,8 @@ UPGRADE_WITH_BODY = (
 
 
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """A small app: `/stream` writes 1 MiB chunks until the client is gone, `/ws` is a WebSocket that rejects
-    (like a route that refuses its caller), anything else answers `ok`."""
+    """A small app: `/stream` writes 1 MiB chunks until the client is gone, `/ws` is a
+    WebSocket that rejects (like a route that refuses its caller), anything else says `ok`."""
     if scope["type"] == "lifespan":
         while True:
             message = await receive()
