@@ -77,6 +77,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument("--host", help="address to listen on (default: the config's, 127.0.0.1)")
     serve.add_argument("--port", type=int, help="port (default: the config's, 8080; 0: any)")
+    serve.add_argument(
+        "--token-env",
+        metavar="NAME",
+        help="starting a run needs 'Authorization: Bearer <the value of NAME>' "
+        "(required to listen beyond loopback; default: the config's [server] token_env)",
+    )
 
     a2a_serve = sub.add_parser(
         "a2a-serve",
@@ -235,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         from web.serve import serve_main
 
-        return serve_main(args.config, host=args.host, port=args.port)
+        return serve_main(args.config, host=args.host, port=args.port, token_env=args.token_env)
     if args.command == "a2a-serve":
         from web.a2a_serve import a2a_serve_main
 

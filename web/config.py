@@ -13,6 +13,11 @@ a variable that is not set is an error at start, not at the first delegation.
     visibility = "attributed"     # attributed | custom | inline | hidden
     cors_origins = []             # closed by default
     reconnect_ms = 1000           # SSE `retry:`: a browser's wait before it reconnects
+    token_env = "HOST_TOKEN"      # starting a run needs this bearer token (required beyond
+                                  # loopback)
+    allowed_hosts = []            # host names served beyond IP literals and localhost
+    max_active_runs = 32          # more at once get 429 with Retry-After
+    replay_retention_seconds = 300  # a finished run's replay is kept at least this long
 
     [parent]
     kind = "scripted"             # scripted | claude-code | codex
@@ -78,6 +83,10 @@ __all__ = [
 VISIBILITY_MODES: Final = ("attributed", "custom", "inline", "hidden")
 PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
 PROTOCOLS: Final = ("a2a", "agui")
+#: The shortest host token accepted: a guessable token is no token.
+MIN_HOST_TOKEN_CHARS: Final = 16
+#: RFC 6750 section 2.1: what a bearer credential is made of.
+_TOKEN68: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 #: Settings that belong to one protocol only (an A2A agent is found by its card, an AG-UI
 #: agent is an endpoint URL).
 _ONLY_FOR: Final = {"card_url": "a2a", "url": "agui", "stop_url": "agui"}
@@ -134,6 +143,17 @@ class ServerEntry:
     #: The SSE `retry:` field each stream opens with: how long a browser's EventSource waits
     #: before it reconnects after a dropped connection (its own default is about 3 s).
     reconnect_ms: int = 1000
+    #: The variable holding the host token that starting a run needs (`Authorization: Bearer`);
+    #: None: no token (refused when listening beyond loopback).
+    token_env: str | None = None
+    #: Host names the server answers to beyond IP literals and `localhost` (DNS rebinding:
+    #: a page whose name resolves to this machine still sends its own name); "*": any.
+    allowed_hosts: tuple[str, ...] = ()
+    #: Runs at once; more get 429 with `Retry-After`.
+    max_active_runs: int = 32
+    #: A finished run's replay stays available at least this long: a new run that would push
+    #: it out of the engine's retained runs is refused (429) instead. 0: count only.
+    replay_retention_seconds: float = 300.0
 
 
 @attrs.frozen
@@ -198,6 +218,27 @@ class HostConfig:
                 f"(install it, or set parent.binary to its path)",
             )
         return factory
+
+    def host_token(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The host token (`[server] token_env`), read from `environ` (default: os.environ);
+        None when none is configured. `ConfigError` for a variable that is not set or too
+        short to be a credential."""
+        name = self.server.token_env
+        if name is None:
+            return None
+        value = (os.environ if environ is None else environ).get(name, "")
+        path = ("server", "token_env")
+        if not value:
+            problem = f"the environment variable {name!r} is not set"
+        elif len(value) < MIN_HOST_TOKEN_CHARS or not _TOKEN68.fullmatch(value):
+            problem = (
+                f"the host token in {name!r} must be at least {MIN_HOST_TOKEN_CHARS} characters "
+                "of A-Z a-z 0-9 - . _ ~ + / (e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))')"
+            )
+        else:
+            return value
+        raise ConfigError(self.source, _line_of(self._lines, path), _dotted(path), problem)
 
     def agent_specs(self, environ: Mapping[str, str] | None = None) -> list[AgentSpec]:
         """The registry entries, credentials resolved from `environ` (default: os.environ).
@@ -402,17 +443,28 @@ class _Reader:
                     f"duplicate agent key {entry.key!r} (also agents[{seen[entry.key]}])",
                 )
             seen[entry.key] = index
+        server = self.server(top.get("server", {}))
+        limits = self.attrs_table(top.get("limits", {}), ("limits",), EngineLimits)
+        if server.replay_retention_seconds > 0 and (
+            server.max_active_runs > limits.retained_closed_runs
+        ):
+            raise self.fail(
+                ("server", "max_active_runs"),
+                f"must be at most limits.retained_closed_runs ({limits.retained_closed_runs}) "
+                "while replay_retention_seconds keeps finished runs replayable",
+            )
         return HostConfig(
             source=self.source,
-            server=self.server(top.get("server", {})),
+            server=server,
             parent=self.parent(top.get("parent", {})),
             agents=entries,
-            limits=self.attrs_table(top.get("limits", {}), ("limits",), EngineLimits),
+            limits=limits,
             lines=dict(self.lines),
         )
 
     def server(self, value: Any) -> ServerEntry:
         path: _Path = ("server",)
+        _ok = _not_negative
         known = {
             "host",
             "port",
@@ -421,6 +473,10 @@ class _Reader:
             "max_body_bytes",
             "keepalive_seconds",
             "reconnect_ms",
+            "token_env",
+            "allowed_hosts",
+            "max_active_runs",
+            "replay_retention_seconds",
         }
         table = self.table(value, path, known)
         return ServerEntry(
@@ -435,6 +491,21 @@ class _Reader:
                 self.get(table, path, "keepalive_seconds", (int, float), 15.0, check=_positive)
             ),
             reconnect_ms=self.get(table, path, "reconnect_ms", int, 1000, check=_positive),
+            token_env=self.get(table, path, "token_env", str, check=_env_name),
+            allowed_hosts=tuple(
+                host.lower() for host in self.strings(table, path, "allowed_hosts")
+            ),
+            max_active_runs=self.get(table, path, "max_active_runs", int, 32, check=_positive),
+            replay_retention_seconds=float(
+                self.get(
+                    table,
+                    path,
+                    "replay_retention_seconds",
+                    (int, float),
+                    300.0,
+                    check=_not_negative,
+                )
+            ),
         )
 
     def parent(self, value: Any) -> ParentEntry:
@@ -590,6 +661,10 @@ def _nonempty(value: str) -> str | None:
 
 def _positive(value: float) -> str | None:
     return None if value > 0 else "must be positive"
+
+
+def _not_negative(value: float) -> str | None:
+    return None if value >= 0 else "must not be negative"
 
 
 def _port(value: int) -> str | None:

@@ -7,6 +7,11 @@ worker until interrupted. With no file it serves the embedded defaults: the two 
 agents and the scripted parent, so it runs with no API keys. `[parent] kind = "claude-code"` or
 `"codex"` runs that CLI as each run's parent (found on PATH, or `binary`), against
 `model_endpoint` with `model`.
+
+Listening beyond loopback (`--host 0.0.0.0`, a LAN address) exposes starting runs, and with a CLI
+parent running its commands, to every machine that can reach the port: `serve` then refuses to
+start without a host token (`[server] token_env` or `--token-env NAME`), which every `POST /runs`
+and `POST /agui` must carry as `Authorization: Bearer <token>`.
 """
 
 from __future__ import annotations
@@ -16,8 +21,10 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+import attrs
 import trio
 
+from adapters.listener import is_loopback
 from web.config import ConfigError, HostConfig, load_config, parse_config
 from web.demo import demo_agents
 from web.server import (
@@ -36,13 +43,18 @@ def _parent_factory(config: HostConfig) -> Callable[[], ParentAgent]:
     return config.parent_factory()
 
 
-async def _serve(config: HostConfig, host: str | None, port: int | None, out: TextIO) -> None:
+async def _serve(config: HostConfig, out: TextIO) -> None:
     agents = config.agent_specs() if config.agents else demo_agents()
     parent = _parent_factory(config)
     async with open_host(config, agents, parent) as (run_host, endpoint):
-        app = create_app(run_host, config, default_encoder_factory(), page=_page())
-        bind_host = host or config.server.host
-        bind_port = config.server.port if port is None else port
+        app = create_app(
+            run_host,
+            config,
+            default_encoder_factory(),
+            page=_page(),
+            host_token=config.host_token(),
+        )
+        bind_host, bind_port = config.server.host, config.server.port
         async with serve_app(app, host=bind_host, port=bind_port) as url:
             keys = ", ".join(spec.key for spec in agents) or "none"
             print(f"subagent-engine serving on {url} (config: {config.source})", file=out)
@@ -50,6 +62,12 @@ async def _serve(config: HostConfig, host: str | None, port: int | None, out: Te
                 f"  agents: {keys}; parent: {config.parent.kind}; MCP: {endpoint.base_url}",
                 file=out,
             )
+            if config.server.token_env:
+                print(
+                    f"  starting runs needs the host token in ${config.server.token_env}; "
+                    f"the page asks for it once (or open {url}/#host_token=<token>)",
+                    file=out,
+                )
             out.flush()
             freeze_startup_objects()
             with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
@@ -67,14 +85,47 @@ def _page() -> bytes | None:
         return None
 
 
-def serve_main(config_path: str | None, *, host: str | None = None, port: int | None = None) -> int:
+def serve_main(
+    config_path: str | None,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    token_env: str | None = None,
+) -> int:
     try:
         config = load_config(config_path) if config_path else parse_config("", "<embedded>")
+        server = config.server
+        config = attrs.evolve(
+            config,
+            server=attrs.evolve(
+                server,
+                host=host or server.host,
+                port=server.port if port is None else port,
+                token_env=token_env or server.token_env,
+            ),
+        )
         _parent_factory(config)
         if config.agents:
             config.agent_specs()  # credentials are checked before anything listens
+        check_exposure(config)
     except ConfigError as exc:
         print(f"subagent-engine serve: {exc}", file=sys.stderr)
         return 2
-    trio.run(_serve, config, host, port, sys.stdout)
+    trio.run(_serve, config, sys.stdout)
     return 0
+
+
+def check_exposure(config: HostConfig) -> str | None:
+    """The host token, read now (`ConfigError` if it is configured but not set); a
+    `ConfigError` too when the server would listen beyond loopback without one."""
+    token = config.host_token()
+    if token is None and not is_loopback(config.server.host):
+        raise ConfigError(
+            config.source,
+            None,
+            "server.token_env",
+            f"listening on {config.server.host} lets every machine that reaches the port start "
+            'runs; set a host token ([server] token_env = "NAME" or --token-env NAME, the '
+            "variable holding at least 16 random characters) or listen on 127.0.0.1",
+        )
+    return token

@@ -23,6 +23,17 @@ Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stre
   for input (`subagent.input_required` on the stream); 409 when it is not waiting.
 - `GET /healthz` (process up), `GET /readyz` (engine and MCP endpoint serving).
 
+Callers are strangers until they prove otherwise (`adapters.listener`): every request passes the
+request guard (a `Host` the server answers to, no page from a foreign `Origin`, JSON bodies only,
+no repeated single-valued headers) before a route reads it. Starting a run needs the host token
+when one is configured (`[server] token_env`; required to listen beyond loopback); at most
+`max_active_runs` run at once, and a new run is refused (429, `Retry-After`) rather than let it
+push a run that ended less than `replay_retention_seconds` ago out of the replay the engine keeps.
+Run ids are the server's own (`run-<random>`): a caller's `runId` is only the AG-UI run id its
+streams report, so it can neither probe for nor reserve another caller's run. A viewer that stops
+reading is dropped by the listener, and a resume after a run's terminal is answered 204 (which
+tells an `EventSource` not to reconnect).
+
 Streaming: each viewer reads the run journal from its cursor through its own bounded lanes (a
 slow viewer never slows the run or other viewers), everything ready is written as one body
 write (`feed_batch`), the run's viewers share the encoding of text deltas, every SSE stream
@@ -33,10 +44,12 @@ objects out of the garbage collector's walks (`freeze_startup_objects`).
 
 from __future__ import annotations
 
+import functools
 import gc
 import hmac
 import json
 import logging
+import math
 import secrets
 import uuid
 from collections import OrderedDict
@@ -46,19 +59,32 @@ from typing import Any, Final, Protocol
 
 import attrs
 import trio
-from quart import Response, request, websocket
+from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
+from werkzeug.exceptions import HTTPException
 
-from engine import CursorError, DelegationError, Engine, JournalEntry, Run, Subscription
+from adapters.listener import (
+    ListenerLimits,
+    Refusal,
+    RequestGuard,
+    bearer_token,
+    parse_cursor,
+    parse_json_body,
+    serve_listener,
+)
+from engine import DelegationError, Engine, JournalEntry, Run, RunJournal, Subscription
 from web.config import HostConfig
 
 __all__ = ["ParentAgent", "RunHost", "StreamEncoder", "create_app"]
 
 log = logging.getLogger(__name__)
 
-#: Hosted runs whose viewer tokens are remembered after the run ended (for late reconnects).
-RETAINED_RUNS: Final = 256
 MAX_PROMPT_CHARS: Final = 64 * 1024
+#: `Retry-After` when every run slot is taken (a run's end cannot be foreseen).
+RETRY_WHEN_FULL: Final = 5
+#: A WebSocket viewer may send a few messages (the stream takes none): this many at once, then
+#: one per second; beyond that the connection is closed (1008, policy violation).
+WS_MESSAGE_BURST: Final = 16
 
 
 class ParentAgent(Protocol):
@@ -85,12 +111,8 @@ class StreamEncoder(Protocol):
 EncoderFactory = Callable[[str, str, str, dict[str, Any]], StreamEncoder]
 
 
-class HttpError(Exception):
-    def __init__(self, status: int, error: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.error = error
-        self.message = message
+class HttpError(Refusal):
+    """A route's refusal: the status, a machine-readable error and a message."""
 
 
 @attrs.define(eq=False)
@@ -99,9 +121,13 @@ class HostedRun:
     thread_id: str
     viewer_token: str = attrs.field(repr=False)
     mode: str
+    #: The run id its AG-UI streams report: the caller's `runId`, else `run_id`.
+    agui_run_id: str = ""
     run: Run | None = None
     started: trio.Event = attrs.field(factory=trio.Event)
     ended: trio.Event = attrs.field(factory=trio.Event)
+    #: `trio.current_time()` when the run ended.
+    ended_at: float | None = None
     error: str | None = None
     #: What the viewers' encoders share (see `EncoderFactory`).
     shared: dict[str, Any] = attrs.field(factory=dict)
@@ -109,7 +135,13 @@ class HostedRun:
 
 class RunHost:
     """The runs this server hosts: starts them (with their parent) in its own nursery, finds
-    them by id and viewer token, stops them."""
+    them by id and viewer token, stops them.
+
+    Admission: at most `max_active_runs` run at once, and while `replay_retention` > 0 a run
+    that ended less than that many seconds ago is never pushed out of the engine's retained
+    runs (`EngineLimits.retained_closed_runs`) by newer ones: a run that could do so is refused
+    instead (`HttpError` 429 with `Retry-After`). This holds for the runs of an engine that this
+    host alone starts runs on. Run ids come from `new_run_id` (default: `run-<random>`)."""
 
     def __init__(
         self,
@@ -118,47 +150,91 @@ class RunHost:
         parent_factory: Callable[[], ParentAgent],
         *,
         visibility: str = "attributed",
+        max_active_runs: int = 32,
+        replay_retention: float = 300.0,
+        new_run_id: Callable[[str | None], str] | None = None,
     ) -> None:
         self.engine = engine
         self.nursery = nursery
         self.parent_factory = parent_factory
         self.visibility = visibility
+        self.max_active_runs = max_active_runs
+        self.replay_retention = replay_retention
+        #: (the caller's AG-UI run id or None) -> the new run's id.
+        self.new_run_id = new_run_id or (lambda _: f"run-{uuid.uuid4().hex[:16]}")
         self._runs: OrderedDict[str, HostedRun] = OrderedDict()
 
     @property
     def active_runs(self) -> int:
         return sum(1 for hosted in self._runs.values() if not hosted.ended.is_set())
 
+    def _forget_expired(self) -> None:
+        """Drop the ended runs whose journal the engine no longer keeps (their viewers could
+        get nothing more)."""
+        for run_id in [
+            run_id
+            for run_id, hosted in self._runs.items()
+            if hosted.ended.is_set() and self.engine.journal(run_id) is None
+        ]:
+            del self._runs[run_id]
+
+    def retry_after(self) -> int | None:
+        """None if a new run may start now, else the seconds after which one may."""
+        self._forget_expired()
+        active = self.active_runs
+        if active >= self.max_active_runs:
+            return RETRY_WHEN_FULL
+        retained = self.engine.limits.retained_closed_runs
+        if self.replay_retention <= 0 or retained <= 0:
+            return None
+        now = trio.current_time()
+        young = [
+            hosted.ended_at
+            for hosted in self._runs.values()
+            if hosted.ended_at is not None and now - hosted.ended_at < self.replay_retention
+        ]
+        if active + len(young) + 1 <= retained:
+            return None
+        if not young:
+            return RETRY_WHEN_FULL
+        return max(1, math.ceil(self.replay_retention - (now - min(young))))
+
     async def start(
-        self, prompt: str, *, thread_id: str | None, run_id: str | None, mode: str | None
+        self, prompt: str, *, thread_id: str | None, agui_run_id: str | None, mode: str | None
     ) -> HostedRun:
-        run_id = run_id or f"run-{uuid.uuid4().hex[:16]}"
+        wait = self.retry_after()
+        if wait is not None:
+            raise HttpError(
+                429,
+                "too_many_runs",
+                "The server runs as many runs as it may at once; try again later.",
+                headers=[("retry-after", str(wait))],
+            )
+        run_id = self.new_run_id(agui_run_id)
         if run_id in self._runs or self.engine.journal(run_id) is not None:
-            raise HttpError(409, "run_exists", f"A run with id {run_id[:80]!r} already exists.")
+            raise HttpError(409, "run_exists", "A run with this id already exists.")
         hosted = HostedRun(
             run_id=run_id,
             thread_id=thread_id or f"thread-{uuid.uuid4().hex[:16]}",
             viewer_token=secrets.token_urlsafe(24),
             mode=mode or self.visibility,
+            agui_run_id=agui_run_id or run_id,
         )
         self._runs[run_id] = hosted
-        while len(self._runs) > RETAINED_RUNS:
-            oldest = next(iter(self._runs.values()))
-            if not oldest.ended.is_set():
-                break
-            self._runs.popitem(last=False)
         self.nursery.start_soon(self._drive, hosted, prompt, name=f"run {run_id}")
         await hosted.started.wait()
         if hosted.run is None:
+            self._runs.pop(run_id, None)
             raise HttpError(503, "run_failed", hosted.error or "The run could not be started.")
         return hosted
 
     async def _drive(self, hosted: HostedRun, prompt: str) -> None:
+        metadata = {"thread_id": hosted.thread_id}
+        if hosted.agui_run_id != hosted.run_id:
+            metadata["agui_run_id"] = hosted.agui_run_id
         try:
             async with self.engine.open_run(
-                run_id=hosted.run_id,
-                thread_id=hosted.thread_id,
-                metadata={"thread_id": hosted.thread_id},
+                run_id=hosted.run_id, thread_id=hosted.thread_id, metadata=metadata
             ) as run:
                 hosted.run = run
                 hosted.started.set()
@@ -171,6 +247,7 @@ class RunHost:
             hosted.error = f"{type(exc).__name__}: {exc}"
             log.warning("run %s could not run: %s", hosted.run_id, hosted.error)
         finally:
+            hosted.ended_at = trio.current_time()
             hosted.started.set()
             hosted.ended.set()
 
@@ -189,22 +266,18 @@ class RunHost:
             hosted.run.cancel(reason)
 
 
-def _token_from_request(headers: Any, args: Any) -> str | None:
-    header = str(headers.get("authorization", ""))
-    if header.lower().startswith("bearer "):
-        return header[7:].strip()
-    token = args.get("token")
-    return str(token) if token is not None else None
+def _viewer_token(headers: Any, args: Any, *, query: bool) -> str | None:
+    """The viewer token of a request: `Authorization: Bearer`, or with `query` (the stream
+    routes, for `EventSource` and browsers' WebSocket, which cannot send headers) `?token=`."""
+    token = bearer_token([value.encode("latin-1") for value in headers.getlist("authorization")])
+    if token is None and query:
+        value = args.get("token")
+        token = str(value) if value is not None else None
+    return token
 
 
-def _cursor(last_event_id: str | None, after: str | None) -> int | None:
-    raw = last_event_id if last_event_id not in (None, "") else after
-    if raw in (None, ""):
-        return None
-    assert raw is not None
-    if not raw.isdigit() or len(raw) > 18:
-        raise HttpError(400, "bad_cursor", "Last-Event-ID / after must be a cursor (an integer).")
-    return int(raw)
+class RunOver(Exception):
+    """The viewer has everything: the run ended and its cursor is at the run's terminal."""
 
 
 async def open_stream(
@@ -219,34 +292,36 @@ async def open_stream(
 ) -> AsyncIterator[bytes]:
     """A viewer's byte stream: the journal after `after`, then live, ending after the run's
     terminal. Checks the cursor before returning (bad cursors are `HttpError`s, answered before
-    any byte is streamed). The encoder first sees the entries up to `after` (their bytes
-    discarded), so a reconnecting viewer's stream continues in the state the old one left.
-    `preamble` (the SSE `retry:` field) goes out with the first write."""
+    any byte is streamed; a cursor at the terminal of an ended run is `RunOver`). The stream
+    subscribes to the journal only once it is iterated (a stream never iterated holds nothing)
+    and first feeds the encoder the entries up to `after` (their bytes discarded), so a
+    reconnecting viewer's stream continues in the state the old one left. `preamble` (the SSE
+    `retry:` field) goes out with the first write."""
     journal = host.engine.journal(hosted.run_id)
     if journal is None:
         raise HttpError(404, "unknown_run", "The run's journal is no longer kept.")
     if after is not None and after > journal.head:
         raise HttpError(400, "bad_cursor", f"Cursor {after} is beyond the run's last event.")
-    try:
-        subscription: Subscription = journal.subscribe(after)
-    except CursorError as exc:
-        raise HttpError(400, "bad_cursor", str(exc)) from None
-    if after:
-        for entry in await journal.store.read_after(0, after):
-            if entry.cursor > after:  # gap markers stand for many cursors: stop at the cut
-                break
-            encoder.feed(entry)
-    return _stream(subscription, encoder, keepalive, keepalive_bytes, preamble)
+    if after is not None and after == journal.head and hosted.ended.is_set():
+        raise RunOver()
+    return _stream(journal, after, encoder, keepalive, keepalive_bytes, preamble)
 
 
 async def _stream(
-    subscription: Subscription,
+    journal: RunJournal,
+    after: int | None,
     encoder: StreamEncoder,
     keepalive: float,
     keepalive_bytes: bytes,
     preamble: bytes,
 ) -> AsyncIterator[bytes]:
+    subscription: Subscription = journal.subscribe(after)
     async with subscription:
+        if after:
+            for entry in await journal.store.read_after(0, after):
+                if entry.cursor > after:  # gap markers stand for many cursors: stop at the cut
+                    break
+                encoder.feed(entry)
         if preamble:
             yield preamble
         while True:
@@ -272,9 +347,12 @@ def create_app(
     *,
     ready: Callable[[], bool] = lambda: True,
     page: bytes | None = None,
-) -> QuartTrio:
-    """The Quart-Trio application over `host`."""
-    app = QuartTrio("subagent_engine")
+    host_token: str | None = None,
+) -> RequestGuard:
+    """The Quart-Trio application over `host`, behind the request guard (`adapters.listener`):
+    the ASGI app to serve. `host_token`, when given, is the bearer credential that starting a
+    run (`POST /runs`, `POST /agui`) requires."""
+    app = QuartTrio("subagent_engine", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
     allowed_origins = frozenset(config.server.cors_origins)
     keepalive = config.server.keepalive_seconds
@@ -282,29 +360,47 @@ def create_app(
     # after reconnect_ms (EventSource's default is ~3 s) with Last-Event-ID.
     retry_field = b"retry: %d\n\n" % config.server.reconnect_ms
 
-    def error_response(status: int, error: str, message: str) -> Response:
-        return Response(
+    def error_response(
+        status: int, error: str, message: str, headers: Sequence[tuple[str, str]] = ()
+    ) -> Response:
+        response = Response(
             json.dumps({"error": error, "message": message}),
             status=status,
             content_type="application/json",
         )
+        for name, value in headers:
+            response.headers[name] = value
+        return response
 
-    @app.errorhandler(HttpError)
-    async def _http_error(exc: HttpError) -> Response:
-        return error_response(exc.status, exc.error, exc.message)
+    @app.errorhandler(Refusal)
+    async def _refused(exc: Refusal) -> Response:
+        return error_response(exc.status, exc.error, exc.message, exc.headers)
 
-    @app.errorhandler(413)
-    async def _too_large(_: Any) -> Response:
-        limit = config.server.max_body_bytes
-        return error_response(413, "too_large", f"The request body is over {limit} bytes.")
+    @app.errorhandler(HTTPException)
+    async def _http_exception(exc: HTTPException) -> Response:
+        status = exc.code or 400
+        if status == 413:
+            limit = config.server.max_body_bytes
+            return error_response(413, "too_large", f"The request body is over {limit} bytes.")
+        if status == 404:
+            return error_response(404, "not_found", "No such route.")
+        if status == 405:
+            return error_response(
+                405, "method_not_allowed", "This route does not take that method."
+            )
+        if status == 400 and request.path.endswith("/ws"):
+            return error_response(400, "websocket_required", "This route is a WebSocket.")
+        name = (exc.name or "error").lower().replace(" ", "_")
+        return error_response(status, name, exc.description or "The request was refused.")
 
-    @app.errorhandler(404)
-    async def _not_found(_: Any) -> Response:
-        return error_response(404, "not_found", "No such route.")
-
-    @app.errorhandler(405)
-    async def _bad_method(_: Any) -> Response:
-        return error_response(405, "method_not_allowed", "This route does not take that method.")
+    @app.errorhandler(Exception)
+    async def _unexpected(exc: Exception) -> Response:
+        if has_websocket_context():
+            # A WebSocket whose peer broke the connection mid-handshake; nothing to answer.
+            log.debug("websocket %s failed: %r", websocket.path[:200], exc)
+        else:
+            log.exception("request %s %s failed", request.method, request.path[:200])
+        return error_response(500, "internal_error", "The server failed to answer this request.")
 
     @app.after_request
     async def _cors(response: Response) -> Response:
@@ -319,31 +415,45 @@ def create_app(
             response.headers["access-control-expose-headers"] = "x-run-id, x-viewer-token"
         return response
 
-    async def read_input() -> tuple[str, str | None, str | None, str | None]:
-        """(prompt, thread id, run id, mode) from a RunAgentInput-shaped JSON body."""
-        body = await request.get_data(cache=False)
-        try:
-            document = json.loads(body or b"null")
-        except ValueError:
-            raise HttpError(400, "bad_json", "The body is not JSON.") from None
-        return _read_run_input(document, request.args.get("mode"))
+    def require_host_token() -> None:
+        if host_token is None:
+            return
+        presented = bearer_token(
+            [value.encode("latin-1") for value in request.headers.getlist("authorization")]
+        )
+        if presented is None or not hmac.compare_digest(presented.encode(), host_token.encode()):
+            raise HttpError(
+                401,
+                "unauthorized",
+                "Starting a run needs the server's host token: 'Authorization: Bearer <token>'.",
+                headers=[("www-authenticate", 'Bearer realm="subagent-engine"')],
+            )
+
+    async def read_json() -> Any:
+        return parse_json_body(
+            await request.get_data(cache=False, as_text=False, parse_form_data=False)
+        )
+
+    async def start_hosted() -> HostedRun:
+        require_host_token()
+        prompt, thread_id, agui_run_id, mode = _read_run_input(
+            await read_json(), request.args.get("mode")
+        )
+        _format(request.args.get("format"))  # refused before the run starts
+        return await host.start(prompt, thread_id=thread_id, agui_run_id=agui_run_id, mode=mode)
 
     def sse_response(hosted: HostedRun, body: AsyncIterator[bytes]) -> Response:
         response = Response(body, content_type="text/event-stream")
         response.headers["cache-control"] = "no-cache"
         response.headers["x-accel-buffering"] = "no"
         response.headers["x-run-id"] = hosted.run_id
-        response.headers["x-viewer-token"] = hosted.viewer_token
         response.timeout = None  # a stream lasts as long as its run
         return response
 
     @app.post("/agui")
     async def agui() -> Response:
-        prompt, thread_id, run_id, mode = await read_input()
-        wire_format = _format(request.args.get("format"))  # refused before the run starts
-        hosted = await host.start(prompt, thread_id=thread_id, run_id=run_id, mode=mode)
-        encoder = _encoder(encoder_factory, hosted, hosted.mode, wire_format)
-
+        hosted = await start_hosted()
+        encoder = _encoder(encoder_factory, hosted, hosted.mode, request.args.get("format"))
         stream = await open_stream(
             host, hosted, None, encoder, keepalive=keepalive, preamble=retry_field
         )
@@ -358,15 +468,18 @@ def create_app(
                 if not finished:  # the client went away: an AG-UI client's way to stop
                     host.stop(hosted, "The client closed the run's stream.")
 
-        return sse_response(hosted, body())
+        response = sse_response(hosted, body())
+        # The caller started the run and needs its token to watch it again after a drop.
+        response.headers["x-viewer-token"] = hosted.viewer_token
+        return response
 
     @app.post("/runs")
     async def start_run() -> Response:
-        prompt, thread_id, run_id, mode = await read_input()
-        hosted = await host.start(prompt, thread_id=thread_id, run_id=run_id, mode=mode)
+        hosted = await start_hosted()
         document = {
             "run_id": hosted.run_id,
             "thread_id": hosted.thread_id,
+            "agui_run_id": hosted.agui_run_id,
             "viewer_token": hosted.viewer_token,
             "mode": hosted.mode,
             "events_url": f"/runs/{hosted.run_id}/events",
@@ -374,20 +487,28 @@ def create_app(
         }
         return Response(json.dumps(document), status=201, content_type="application/json")
 
-    @app.get("/runs/<run_id>/events")
+    @app.route("/runs/<run_id>/events", methods=["GET"])
     async def events(run_id: str) -> Response:
-        hosted = host.find(run_id, _token_from_request(request.headers, request.args))
-        after = _cursor(request.headers.get("last-event-id"), request.args.get("after"))
+        token = _viewer_token(request.headers, request.args, query=True)
+        hosted = host.find(run_id, token)
+        after = parse_cursor(request.headers.get("last-event-id") or request.args.get("after"))
         mode = _mode(request.args.get("mode"), hosted.mode)
         encoder = _encoder(encoder_factory, hosted, mode, request.args.get("format"))
-        stream = await open_stream(
-            host, hosted, after, encoder, keepalive=keepalive, preamble=retry_field
-        )
+        try:
+            stream = await open_stream(
+                host, hosted, after, encoder, keepalive=keepalive, preamble=retry_field
+            )
+        except RunOver:
+            # 204 tells an EventSource to stop reconnecting (HTML standard, "server-sent
+            # events", section 9.2.3: any status but 200 fails the connection for good).
+            return Response(b"", status=204)
+        if request.method == "HEAD":
+            return sse_response(hosted, _empty())
         return sse_response(hosted, stream)
 
     @app.post("/runs/<run_id>/stop")
     async def stop(run_id: str) -> Response:
-        hosted = host.find(run_id, _token_from_request(request.headers, request.args))
+        hosted = host.find(run_id, _viewer_token(request.headers, request.args, query=False))
         host.stop(hosted, "Stopped by a viewer.")
         with trio.move_on_after(30):
             await hosted.ended.wait()
@@ -398,13 +519,8 @@ def create_app(
     async def answer(run_id: str) -> Response:
         """Answer a subagent waiting for input (a CUSTOM `subagent.input_required` on the
         stream): `{"delegationId": ..., "text": ...}` and/or `"data": {...}`."""
-        hosted = host.find(run_id, _token_from_request(request.headers, request.args))
-        body = await request.get_data(cache=False)
-        try:
-            document = json.loads(body or b"null")
-        except ValueError:
-            raise HttpError(400, "bad_json", "The body is not JSON.") from None
-        delegation_id, text, data = _read_answer(document)
+        hosted = host.find(run_id, _viewer_token(request.headers, request.args, query=False))
+        delegation_id, text, data = _read_answer(await read_json())
         if hosted.run is None or hosted.ended.is_set():
             raise HttpError(409, "run_ended", "The run has ended; there is nothing to answer.")
         try:
@@ -417,14 +533,19 @@ def create_app(
     @app.websocket("/runs/<run_id>/ws")
     async def ws(run_id: str) -> None:
         try:
-            hosted = host.find(run_id, _token_from_request(websocket.headers, websocket.args))
-            after = _cursor(None, websocket.args.get("after"))
+            token = _viewer_token(websocket.headers, websocket.args, query=True)
+            hosted = host.find(run_id, token)
+            after = parse_cursor(websocket.args.get("after"))
             mode = _mode(websocket.args.get("mode"), hosted.mode)
             encoder = _encoder(encoder_factory, hosted, mode, websocket.args.get("format"))
             stream = await open_stream(
                 host, hosted, after, encoder, keepalive=keepalive, keepalive_bytes=b""
             )
-        except HttpError as exc:
+        except RunOver:
+            await websocket.accept()
+            await websocket.close(1000)
+            return
+        except Refusal as exc:
             # Refused after the handshake, so the client can read why (browsers hide the
             # status of a refused handshake); close code 4000 + the HTTP status's last digits.
             await websocket.accept()
@@ -432,9 +553,12 @@ def create_app(
             await websocket.close(4000 + exc.status % 1000)
             return
         await websocket.accept()
-        async for chunk in stream:
-            for frame in _sse_frames(chunk):
-                await websocket.send(frame)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_discard_messages, nursery.cancel_scope)
+            async for chunk in stream:
+                for frame in _sse_frames(chunk):
+                    await websocket.send(frame)
+            nursery.cancel_scope.cancel()
         await websocket.close(1000)
 
     @app.get("/healthz")
@@ -455,7 +579,34 @@ def create_app(
         async def index() -> Response:
             return Response(page, content_type="text/html; charset=utf-8")
 
-    return app
+    return RequestGuard(
+        app,
+        allowed_hosts=config.server.allowed_hosts,
+        allowed_origins=allowed_origins,
+        json_only=True,
+    )
+
+
+async def _empty() -> AsyncIterator[bytes]:
+    return
+    yield b""  # an async generator that yields nothing
+
+
+async def _discard_messages(scope: trio.CancelScope) -> None:
+    """Read (and drop) what a WebSocket viewer sends, so nothing piles up unread: a burst of
+    `WS_MESSAGE_BURST`, then one per second; a viewer that sends more is disconnected (1008).
+    Messages are bounded in size by the listener."""
+    allowance = float(WS_MESSAGE_BURST)
+    last = trio.current_time()
+    while True:
+        await websocket.receive()
+        now = trio.current_time()
+        allowance = min(float(WS_MESSAGE_BURST), allowance + (now - last)) - 1
+        last = now
+        if allowance < 0:
+            await websocket.close(1008, "This stream takes no messages.")
+            scope.cancel()
+            return
 
 
 VISIBILITY_MODES: Final = ("attributed", "custom", "inline", "hidden")
@@ -476,7 +627,7 @@ def _encoder(
 ) -> StreamEncoder:
     if _format(wire_format) == "engine":
         return EngineEventEncoder(hosted.thread_id, hosted.run_id, mode)
-    return factory(hosted.thread_id, hosted.run_id, mode, hosted.shared)
+    return factory(hosted.thread_id, hosted.agui_run_id, mode, hosted.shared)
 
 
 def _mode(value: str | None, default: str) -> str:
@@ -583,7 +734,14 @@ async def open_host(
         Engine(agents, limits=config.limits, endpoints=endpoint) as engine,
         trio.open_nursery() as nursery,
     ):
-        host = RunHost(engine, nursery, parent_factory, visibility=config.server.visibility)
+        host = RunHost(
+            engine,
+            nursery,
+            parent_factory,
+            visibility=config.server.visibility,
+            max_active_runs=config.server.max_active_runs,
+            replay_retention=config.server.replay_retention_seconds,
+        )
         try:
             yield host, endpoint
         finally:
@@ -618,21 +776,19 @@ def freeze_startup_objects() -> None:
 
 @asynccontextmanager
 async def serve_app(
-    app: QuartTrio, *, host: str = "127.0.0.1", port: int = 0
+    app: Any,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    limits: ListenerLimits | None = None,
 ) -> AsyncIterator[str]:
-    """Serve `app` on Hypercorn's Trio worker until the block ends; yields the base URL (the
-    caller announces it: Hypercorn's own "Running on" line is left out, its warnings and
-    errors are not)."""
-    from hypercorn.config import Config as HypercornConfig
-    from hypercorn.trio import serve
-
-    config = HypercornConfig()
-    config.bind = [f"{host}:{port}"]
-    config.accesslog = None
-    config.loglevel = "WARNING"
-    config.graceful_timeout = 1.0
+    """Serve the ASGI `app` on the hardened listener (`adapters.listener.serve_listener`:
+    Hypercorn's Trio worker, each connection's failure kept to itself) until the block ends;
+    yields the base URL (the caller announces it)."""
     async with trio.open_nursery() as nursery:
-        binds = await nursery.start(serve, app, config)
+        binds = await nursery.start(
+            functools.partial(serve_listener, app, host=host, port=port, limits=limits)
+        )
         try:
             yield str(binds[0]).rstrip("/")
         finally:

@@ -111,7 +111,7 @@ from engine import (
 )
 from web._child_process import read_ready_port, stop_process_group
 from web.config import HostConfig
-from web.server import RunHost, create_app, default_encoder_factory, serve_app
+from web.server import HttpError, RunHost, create_app, default_encoder_factory, serve_app
 
 __all__ = ["SoakConfig", "SoakReport", "run_soak", "soak_main"]
 
@@ -849,6 +849,12 @@ class _Soak:
         journal = self.eng.journal(run_id)
         head = journal.head if journal is not None else None
         return f"journal head {head}; " + "; ".join(parts)
+
+
+def _soak_run_id(requested: str | None) -> str:
+    if requested is None:
+        raise HttpError(400, "bad_input", "Every soak run names its runId.")
+    return requested
 
 
 class _SoakParent:
@@ -1755,7 +1761,17 @@ async def _soak(
         async with Engine(agents, limits=limits, store_factory=store_factory) as eng:
             soak = _Soak(eng=eng, stores=stores, config=config, clients=clients)
             async with trio.open_nursery() as host_nursery:
-                soak.host = RunHost(eng, host_nursery, lambda: _SoakParent(soak.drives))
+                # The soak names its runs (its accounting keys them by plan), so its host takes
+                # the caller's run id as the run's id, and keeps no replay beyond the count: runs
+                # churn faster here than any retention time.
+                soak.host = RunHost(
+                    eng,
+                    host_nursery,
+                    lambda: _SoakParent(soak.drives),
+                    max_active_runs=limits.retained_closed_runs,
+                    replay_retention=0,
+                    new_run_id=_soak_run_id,
+                )
                 app = create_app(
                     soak.host, HostConfig(source="<soak>", limits=limits), default_encoder_factory()
                 )

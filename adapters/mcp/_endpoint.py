@@ -40,6 +40,7 @@ off; refusals say why without echoing what was sent).
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 import logging
@@ -54,14 +55,20 @@ import anyio
 import attrs
 import mcp_types as types
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from hypercorn.utils import UnexpectedMessageError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
+from adapters.listener import (
+    ListenerLimits,
+    Refusal,
+    RequestGuard,
+    bearer_token,
+    header_values,
+    serve_listener,
+)
 from adapters.mcp._tools import AgentSummary, list_tools, read_call, render_error, render_result
 from engine import (
     AmbiguousCorrelation,
@@ -250,20 +257,23 @@ class DelegationEndpoint:
             max_sessions=settings.max_sessions,
             max_request_body_size=settings.max_body_bytes,
         )
-        config = HypercornConfig()
-        host = f"[{settings.host}]" if ":" in settings.host else settings.host
-        config.bind = [f"{host}:{settings.port}"]
-        config.accesslog = None
-        config.errorlog = logging.getLogger("hypercorn.error")
-        config.graceful_timeout = 1.0
-        config.backlog = settings.backlog
+        # The parent agents reach it on loopback; no web page may (the MCP transport spec,
+        # "Security Warning": servers must validate Origin against DNS rebinding).
+        app = RequestGuard(self._asgi, allowed_origins=(), json_only=True, websockets=False)
+        listen = functools.partial(
+            serve_listener,
+            app,
+            host=settings.host,
+            port=settings.port,
+            limits=ListenerLimits(backlog=settings.backlog),
+        )
         sdk_log = logging.getLogger(_SDK_TRANSPORT_LOGGER)
         teardown_filter = _TeardownLogFilter()
         sdk_log.addFilter(teardown_filter)
         try:
             async with manager.run(), trio.open_nursery() as nursery:
                 self._manager = manager
-                binds = await nursery.start(hypercorn_serve, self._asgi, config)
+                binds = await nursery.start(listen)
                 self._base_url = str(binds[0]).rstrip("/")
                 try:
                     yield self
@@ -376,23 +386,19 @@ class DelegationEndpoint:
 
     def _authenticate(self, run_id: str, scope: dict[str, Any]) -> _RunSlot | str:
         """The run's slot, or the reason (readable, echoing nothing) the request is refused."""
-        header = None
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                header = value
-                break
-        slot = self._slots.get(run_id)
-        if header is None:
+        try:
+            presented = bearer_token(header_values(scope.get("headers", ()), b"authorization"))
+        except Refusal as refusal:
+            return refusal.message
+        if presented is None:
             return (
                 "This MCP endpoint needs the run's bearer token: send "
                 "'Authorization: Bearer <token>' as given by the run's endpoint configuration."
             )
-        scheme, _, presented = header.partition(b" ")
-        if scheme.lower() != b"bearer" or not presented:
-            return "The Authorization header must be 'Bearer <token>'."
+        slot = self._slots.get(run_id)
         expected = slot.token if slot is not None else b"\0" * 43
         # Constant-time, and as slow for an unknown run as for a wrong token.
-        if not hmac.compare_digest(presented.strip(), expected) or slot is None:
+        if not hmac.compare_digest(presented.encode(), expected) or slot is None:
             return "The bearer token is not this run's, or the run has ended."
         return slot
 

@@ -451,7 +451,15 @@ async def test_a_viewer_answers_a_subagent_waiting_for_input() -> None:
                             ),
                             400,
                         ),
-                        (await http.post(answer_url, content=b"{", headers=auth), 400),
+                        (
+                            await http.post(
+                                answer_url,
+                                content=b"{",
+                                headers={**auth, "content-type": "application/json"},
+                            ),
+                            400,
+                        ),
+                        (await http.post(answer_url, content=b"{}", headers=auth), 415),
                         (
                             await http.post(
                                 answer_url,
