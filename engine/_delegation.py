@@ -135,6 +135,8 @@ class DelegationState:
         self.policy = policy
         self._clock = clock
         self._redactor = redactor or Redactor()
+        #: Secrets are configured: the one check the hot path makes for them.
+        self._redacting = bool(self._redactor)
         self.max_artifacts = (
             policy.max_artifacts
             if max_artifacts is None
@@ -196,9 +198,9 @@ class DelegationState:
         if self.terminal_kind is not None:
             self.ignored_after_terminal += 1
             return []
-        if self._redactor:
+        if self._redacting:
             # Redact at the boundary: everything derived (events, result, errors) is then clean.
-            update = self._redact_update(update)
+            update = self._clean_update(update)
         out: list[DelegationEvent] = []
         self._learn_ids(update)
         kind = update.kind
@@ -309,9 +311,8 @@ class DelegationState:
         out: list[DelegationEvent] = []
         if not self.started:
             self._start(out, None)
-        update = TargetUpdate(kind=Kind.STATUS, status=status, text=text)
-        redacted = self._redact_update(update) if self._redactor else update
-        self._status(out, status, redacted, remote=False)
+        update = self._clean_update(TargetUpdate(kind=Kind.STATUS, status=status, text=text))
+        self._status(out, update.status, update, remote=False)
         return out
 
     # -- internals -----------------------------------------------------------------------
@@ -512,7 +513,7 @@ class DelegationState:
             Status.CANCELLED: Kind.CANCELLED,
         }[status]
         if error is not None:
-            error = self._redact_model(
+            error = self._redactor.value(
                 DelegationError(
                     code=error.code,
                     message=error.message,
@@ -771,38 +772,13 @@ class DelegationState:
             if open_message.origin == origin:
                 self._close_message(out, message_id, None)
 
-    def _redact_update(self, update: TargetUpdate) -> TargetUpdate:
-        text = self._redactor.text
-        value = self._redactor.value
-        changes: dict[str, Any] = {
-            name: text(field) if isinstance(field, str) else value(field)
-            for name, field in attrs.asdict(update, recurse=False).items()
-            if isinstance(field, str | dict | list)
-        }
-        changes["artifact"] = self._redact_model(update.artifact)
-        changes["error"] = self._redact_model(update.error)
-        return attrs.evolve(update, **changes)
+    # -- cleaning what the target sent: secrets redacted -----------------------------------
 
-    def _redact_model(self, value: Any) -> Any:
-        if isinstance(value, ArtifactRef):
-            return ArtifactRef(
-                id=value.id,
-                name=value.name and self._redactor.text(value.name),
-                description=value.description and self._redactor.text(value.description),
-                mime_type=value.mime_type,
-                uri=value.uri and self._redactor.text(value.uri),
-                size_bytes=value.size_bytes,
-                metadata=self._redactor.value(value.metadata),
-            )
-        if isinstance(value, DelegationError):
-            return DelegationError(
-                code=value.code,
-                message=self._redactor.text(value.message),
-                retryable=value.retryable,
-                remote_status=value.remote_status and self._redactor.text(value.remote_status),
-                metadata=self._redactor.value(value.metadata),
-            )
-        return value
+    def _clean_update(self, update: TargetUpdate) -> TargetUpdate:
+        """`update` with every string redacted (its kind left alone: see `engine._redact`)."""
+        return attrs.evolve(update, **self._redactor.fields(update))
+
+    # -- events -------------------------------------------------------------------------
 
     def _event(self, kind: str, update: TargetUpdate | None, **fields: Any) -> DelegationEvent:
         self.sequence += 1

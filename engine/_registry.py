@@ -9,11 +9,13 @@ credentials and policy come from here. Targets are opaque objects implementing
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 
+from engine._redact import SHORT_SECRET_CHARS
 from engine._results import DelegationError, ErrorCode, InputArtifact
 from engine._tool_input import AGENT_KEY_PATTERN, ToolInput, is_agent_key
 
@@ -30,6 +32,9 @@ __all__ = [
     "Registry",
     "RegistryError",
 ]
+
+
+log: Final = logging.getLogger("subagent_engine")
 
 
 class RegistryError(ValueError):
@@ -163,7 +168,9 @@ class AgentSpec:
 
     `secrets` lists credential values the engine must never let into an event, a result or a
     log line (adapters add what they resolve from the environment); they are redacted wherever
-    a remote's text is copied into an error.
+    a remote's text is copied into an error. Every value is redacted; one shorter than
+    `SHORT_SECRET_CHARS` only where it stands as a token of its own (see `engine._redact`), and
+    registering it logs a warning.
     """
 
     key: str = attrs.field(validator=_agent_key)
@@ -205,6 +212,18 @@ class Registry:
         if spec.key in self._agents:
             raise RegistryError(f"agent key {spec.key!r} is registered twice")
         self._agents[spec.key] = spec
+        short = [s for s in spec.all_secrets if 0 < len(s) < SHORT_SECRET_CHARS]
+        if short:
+            # Never the value itself: only how short it is.
+            log.warning(
+                "agent %r: a configured credential is only %d characters long, too short to "
+                "be safe: it is redacted only where it stands as a token of its own, so a "
+                "remote that glues it to other text shows it. Use a credential of at least "
+                "%d characters (a random token of 32 or more is better).",
+                spec.key,
+                min(map(len, short)),
+                SHORT_SECRET_CHARS,
+            )
 
     def lookup(self, key: str) -> AgentSpec:
         """The agent under `key`, or `DelegationError(agent_not_found)` naming the known keys."""

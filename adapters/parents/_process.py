@@ -21,8 +21,8 @@ Failure. A binary that cannot be started, a non-zero exit, an output that never 
 normal end (garbage, a truncated stream), or a failure the output itself reports (an error result,
 a failed turn, the run's MCP server not connected) fails the run with a message that ends with the
 CLI's stderr tail, cancels its delegations, and raises `ParentProcessError`. Credentials (the
-run's MCP token, the model API key) are blanked from every line, event and message this module
-produces.
+run's MCP token, the model API key) are redacted from every line, event and message this module
+produces, by the engine's one `Redactor` (the same rules as for remote agents' text).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Any, Final, NamedTuple, Protocol
 import attrs
 import trio
 
-from engine import Kind, Run, RunEndpoint
+from engine import Kind, Redactor, Run, RunEndpoint
 
 __all__ = [
     "DEFAULT_INHERITED_ENV",
@@ -106,7 +106,6 @@ MESSAGE_TAIL_CHARS: Final = 2000
 DRAIN_TIMEOUT: Final = 5.0
 #: After stdout ended: how long the CLI may take to exit before it is stopped.
 EXIT_AFTER_EOF_TIMEOUT: Final = 10.0
-_REDACTED: Final = "[redacted]"
 
 
 # -- what parsers produce (sans-IO value types) ---------------------------------------------
@@ -545,17 +544,6 @@ async def publish_events(run: Run, events: list[ParentEvent]) -> None:
         await run.emit(kind, **fields)
 
 
-class _Redactor:
-    def __init__(self, secrets: Iterable[str]) -> None:
-        self.secrets = tuple(sorted({s for s in secrets if s and len(s) >= 4}, key=len)[::-1])
-
-    def text(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, _REDACTED)
-        return text
-
-
 async def drive_parent(
     run: Run,
     *,
@@ -576,7 +564,7 @@ async def drive_parent(
     (its delegations cancelled) and `ParentProcessError` is raised. Cancellation stops the CLI
     (see the module docs), cancels the run, and propagates.
     """
-    redactor = _Redactor(secrets)
+    redactor = Redactor(secrets)
     try:
         process = await ParentProcess.start(argv, env=env, cwd=cwd, config=config)
     except OSError as exc:

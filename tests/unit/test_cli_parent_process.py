@@ -299,7 +299,7 @@ async def test_a_non_zero_exit_fails_the_run_with_the_stderr_tail(tmp_path: Path
     assert error.exit_code == 3
     assert "Claude Code exited with exit code 3" in error.message
     assert "fatal: the model endpoint refused the request" in error.message
-    assert f"{TOKEN_ENV}=[redacted]" in error.stderr_tail
+    assert f"{TOKEN_ENV}=[REDACTED]" in error.stderr_tail
     assert token not in error.message
     events = await events_of(eng, run)
     assert events[-1].kind == Kind.RUN_FAILED

@@ -850,7 +850,24 @@ def test_redacted_text_keeps_the_rest() -> None:
     assert state.result.messages == (ResultMessage(role="assistant", text=f"a {REDACTED} b"),)
 
 
-def test_short_values_are_not_treated_as_secrets() -> None:
-    state = make_state(secrets=["abc"])
-    events = feed(state, *say("m1", "abc"), TargetUpdate(kind=Kind.FINISHED))
-    assert [e.delta for e in events if e.kind == Kind.TEXT_DELTA] == ["abc"]
+def test_short_secrets_are_redacted_where_they_stand_alone() -> None:
+    """A credential too short to be safe is still a credential: redacted as a token of its
+    own, while the words it is part of are left alone."""
+    state = make_state(secrets=["abc", "x-1"])
+    text = "abc token=abc abcdef xabc (x-1) ax-1 x-12: abc"
+    events = feed(state, *say("m1", text), TargetUpdate(kind=Kind.FINISHED))
+    shown = "".join(e.delta or "" for e in events if e.kind == Kind.TEXT_DELTA)
+    assert shown == (f"{REDACTED} token={REDACTED} abcdef xabc ({REDACTED}) ax-1 x-12: {REDACTED}")
+
+
+def test_a_short_secret_that_is_a_word_of_a_kind_leaves_the_kinds_alone() -> None:
+    state = make_state(secrets=["text", "delta"])
+    events = feed(state, *say("m1", "some text"), FINISHED)
+    assert [k for k in kinds(events) if k != Kind.TEXT_DELTA] == [
+        Kind.STARTED,
+        Kind.TEXT_START,
+        Kind.TEXT_END,
+        Kind.FINISHED,
+    ]
+    deltas = [e for e in events if e.kind == Kind.TEXT_DELTA]
+    assert "".join(e.delta or "" for e in deltas) == f"some {REDACTED}"

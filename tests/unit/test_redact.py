@@ -1,0 +1,104 @@
+"""Unit tests of `engine._redact`: which secrets are redacted where.
+
+Sans-IO: strings in, strings out; the registry's warning is read from the log with caplog.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from adapters.inprocess import InProcessTarget
+from engine import REDACTED, AgentSpec, Redactor, Registry
+from engine._redact import SHORT_SECRET_CHARS
+
+
+def test_every_configured_secret_is_redacted_however_short() -> None:
+    for secret in ("k", "ab", "pin9", "x-1y2", "abcdef"):
+        assert Redactor([secret]).text(f"key={secret};") == f"key={REDACTED};", secret
+
+
+def test_a_short_secret_is_redacted_only_as_a_token_of_its_own() -> None:
+    redactor = Redactor(["abc"])
+    assert redactor.text("abc abcdef xabc abc_ 1abc (abc) abc") == (
+        f"{REDACTED} abcdef xabc abc_ 1abc ({REDACTED}) {REDACTED}"
+    )
+    # Only the sides where the secret itself has a word character need a boundary.
+    assert Redactor(["-ab-"]).text("x-ab-y") == f"x{REDACTED}y"
+
+
+def test_a_long_secret_is_redacted_wherever_it_occurs() -> None:
+    secret = "s3cr3t"
+    assert len(secret) == SHORT_SECRET_CHARS
+    assert Redactor([secret]).text(f"xx{secret}yy") == f"xx{REDACTED}yy"
+
+
+def test_where_secrets_overlap_the_longest_at_the_leftmost_place_wins() -> None:
+    redactor = Redactor(["ABCDEF", "ABCDEFGH", "FGHIJK"])
+    # ABCDEFGH starts first and is the longer: replaced whole, whatever the configured order.
+    assert redactor.text("..ABCDEFGHIJK..") == f"..{REDACTED}IJK.."
+    assert Redactor(["FGHIJK", "ABCDEF", "ABCDEFGH"]).text("..ABCDEFGHIJK..") == (
+        f"..{REDACTED}IJK.."
+    )
+
+
+def test_no_secrets_is_falsy_and_empty_values_are_ignored() -> None:
+    assert not Redactor()
+    assert not Redactor(["", ""])
+    assert Redactor(["", "k"])
+    assert Redactor().text("anything") == "anything"
+
+
+def test_values_are_redacted_in_keys_strings_and_models() -> None:
+    from engine import ArtifactRef, DelegationError
+
+    secret = "sk-LIVE-0123"
+    redactor = Redactor([secret])
+    value = {secret: [secret, {"n": 1, "t": f"a{secret}"}], "ok": None}
+    assert redactor.value(value) == {
+        REDACTED: [REDACTED, {"n": 1, "t": f"a{REDACTED}"}],
+        "ok": None,
+    }
+    artifact = redactor.value(ArtifactRef(id="a", uri=f"s3://{secret}", size_bytes=3))
+    assert artifact == ArtifactRef(id="a", uri=f"s3://{REDACTED}", size_bytes=3)
+    error = redactor.value(DelegationError(code="remote_failed", message=f"bad {secret}"))
+    assert (error.code, error.message, error.retryable) == (
+        "remote_failed",
+        f"bad {REDACTED}",
+        False,
+    )
+
+
+def test_an_error_code_and_an_event_kind_are_never_redacted() -> None:
+    from engine import DelegationError, Kind, TargetUpdate
+
+    redactor = Redactor(["remote", "text"])
+    error = redactor.value(DelegationError(code="remote_failed", message="remote text"))
+    assert (error.code, error.message) == ("remote_failed", f"{REDACTED} {REDACTED}")
+    update = redactor.value(TargetUpdate(kind=Kind.TEXT_DELTA, delta="text", error=error))
+    assert (update.kind, update.delta, update.error.code) == (
+        Kind.TEXT_DELTA,
+        REDACTED,
+        "remote_failed",
+    )
+
+
+# -- the registry ----------------------------------------------------------------------------
+
+
+async def _agent(task: object) -> str:
+    return "ok"
+
+
+def test_the_registry_warns_about_a_credential_too_short_to_be_safe(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    short = AgentSpec(key="short", target=InProcessTarget(_agent), secrets=("pin9",))
+    fine = AgentSpec(key="fine", target=InProcessTarget(_agent), secrets=("a-long-credential",))
+    with caplog.at_level(logging.WARNING, logger="subagent_engine"):
+        Registry([short, fine])
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "'short'" in warnings[0] and "4 characters" in warnings[0]
+    assert "pin9" not in warnings[0]  # never the value itself
