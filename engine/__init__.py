@@ -38,7 +38,7 @@ from engine._journal import (
     Subscription,
 )
 from engine._lanes import JournalEntry, LaneBuffer, LaneStatistics, event_weight
-from engine._redact import REDACTED, Redactor
+from engine._redact import REDACTED, RedactedStream, Redactor
 from engine._registry import (
     AgentSpec,
     ContextPolicy,
@@ -122,6 +122,7 @@ __all__ = [
     "LaneStatistics",
     "MemoryJournalStore",
     "ParentToolCalls",
+    "RedactedStream",
     "Redactor",
     "Registry",
     "RegistryError",

@@ -24,6 +24,13 @@ delegation ends waiting for input, else `subagent.nested.cancelled`). Subagents 
 their deepest shown ancestor's. Nested subagents' text is theirs: it is not the delegation's
 result (messages, summary), but it counts against `max_text_chars`.
 
+With secrets configured, what a target sends is redacted where it enters (`engine._redact`), so
+events, results and errors derive from redacted values only. A message's deltas and a tool
+call's streamed arguments are redacted as the one text they are: each goes through its own
+`RedactedStream`, whose held tail is released (as one more delta) before the message's end, the
+tool call's end or result, its subagent's end or the delegation's terminal, so a secret split
+across deltas reaches no viewer, merged or not.
+
 Theory of operation: the actor calls `feed(update)` for each `TargetUpdate` and its own
 `fail()/cancelled()/...` for outcomes it decides (timeouts, cancels, crashes); every call returns
 the events to publish, in order, already stamped with identity, sequence and time. Nothing here
@@ -38,7 +45,7 @@ from typing import Any, Final
 import attrs
 
 from engine._events import DelegationEvent, DropReport, Kind
-from engine._redact import Redactor
+from engine._redact import RedactedStream, Redactor
 from engine._registry import DelegationPolicy
 from engine._results import (
     ArtifactRef,
@@ -62,8 +69,13 @@ _TEXT_KINDS: Final = {
     Kind.REASONING_END: ("reasoning", "end"),
 }
 _OPENERS: Final = {"text": Kind.TEXT_START, "reasoning": Kind.REASONING_START}
+_DELTAS: Final = {"text": Kind.TEXT_DELTA, "reasoning": Kind.REASONING_DELTA}
 _CLOSERS: Final = {"text": Kind.TEXT_END, "reasoning": Kind.REASONING_END}
 _NESTED_LIFECYCLE: Final = frozenset({Kind.NESTED_STARTED, *Kind.NESTED_TERMINALS})
+#: Kinds whose `delta` is one piece of a longer text: redacted by the text's `RedactedStream`.
+_STREAMED: Final = frozenset({Kind.TEXT_DELTA, Kind.REASONING_DELTA, Kind.TOOL_CALL_ARGS})
+#: The events of a tool call after its start: where its streamed arguments are held and released.
+_TOOL_KINDS: Final = frozenset({Kind.TOOL_CALL_ARGS, Kind.TOOL_CALL_END, Kind.TOOL_CALL_RESULT})
 #: Kinds that describe the delegation as a whole: never attributed to a nested subagent.
 _UNATTRIBUTABLE: Final = frozenset(
     {Kind.STARTED, Kind.INPUT_REQUIRED, *Kind.DELEGATION_TERMINALS, *_NESTED_LIFECYCLE}
@@ -100,6 +112,17 @@ class _OpenMessage:
     nested: str | None = None
     #: The nested subagent that produced it (None: the remote agent itself: result text).
     origin: str | None = None
+    #: Its deltas redacted as one text (secrets configured only).
+    stream: RedactedStream | None = None
+
+
+@attrs.define
+class _HeldArgs:
+    """A tool call's streamed arguments redacted as one text, and the last update of them (whose
+    attribution the held tail is released with)."""
+
+    stream: RedactedStream
+    update: TargetUpdate
 
 
 @attrs.define
@@ -137,6 +160,8 @@ class DelegationState:
         self._redactor = redactor or Redactor()
         #: Secrets are configured: the one check the hot path makes for them.
         self._redacting = bool(self._redactor)
+        #: Tool calls' streamed arguments held back, by (producing subagent, tool call id).
+        self._tool_args: dict[tuple[str | None, str | None], _HeldArgs] = {}
         self.max_artifacts = (
             policy.max_artifacts
             if max_artifacts is None
@@ -247,6 +272,8 @@ class DelegationState:
             self._finish(out, Status.FAILED, error, update)
         elif kind == Kind.CANCELLED:
             self._finish(out, Status.CANCELLED, None, update, remote_cancel=RemoteCancel.CONFIRMED)
+        elif kind in _TOOL_KINDS and self._redacting:
+            self._tool(out, update)
         else:
             # Tool calls, custom payloads and anything newer pass through with identity added.
             out.append(self._event(kind, update))
@@ -403,7 +430,15 @@ class DelegationState:
                 self.ended_by_limit = True
                 self._finish(out, Status.FAILED, error, None)
                 return
-            open_message.parts.append(update.delta)
+            delta = update.delta
+            if self._redacting:
+                if open_message.stream is None:
+                    open_message.stream = self._redactor.stream()
+                delta = open_message.stream.feed(delta)
+                if not delta:
+                    return  # all of it could still be the start of a secret: held
+                update = attrs.evolve(update, delta=delta)
+            open_message.parts.append(delta)
             out.append(
                 self._event(
                     update.kind, update, message_id=message_id, nested_id=open_message.nested
@@ -432,8 +467,22 @@ class DelegationState:
         self, out: list[DelegationEvent], message_id: str, update: TargetUpdate | None
     ) -> None:
         open_message = self._open.pop(message_id)
-        # Redacted again whole: a secret split across two deltas is only visible joined.
-        text = self._redactor.text("".join(open_message.parts))
+        if open_message.stream is not None:
+            # What the message's stream held back goes out before its end, never lost.
+            tail = open_message.stream.close()
+            if tail:
+                open_message.parts.append(tail)
+                out.append(
+                    self._event(
+                        _DELTAS[open_message.family],
+                        None,
+                        message_id=message_id,
+                        delta=tail,
+                        nested_id=open_message.nested,
+                    )
+                )
+        # The parts are what was shown: already redacted as one text.
+        text = "".join(open_message.parts)
         if open_message.family == "text" and text and open_message.origin is None:
             self._messages.append(ResultMessage(role=open_message.role, text=text))
         out.append(
@@ -506,6 +555,8 @@ class DelegationState:
                 self._end_nested_early(out, nested, status)
         for message_id in list(self._open):
             self._close_message(out, message_id, None)
+        for key in list(self._tool_args):
+            self._release_args(out, key)
         kind = {
             Status.COMPLETED: Kind.FINISHED,
             Status.INPUT_REQUIRED: Kind.FINISHED,
@@ -711,6 +762,7 @@ class DelegationState:
             if child.parent == nested.id and child.state == _OPEN:
                 self._suspend_nested(out, child, update)
         self._close_messages_of(out, nested.id)
+        self._release_args_of(out, nested.remote_id)
         nested.state = _SUSPENDED
         if nested.shown:
             out.append(
@@ -739,6 +791,7 @@ class DelegationState:
             if child.parent == nested.id and child.state != _CLOSED:
                 self._end_nested_early(out, child, status)
         self._close_messages_of(out, nested.id)
+        self._release_args_of(out, nested.remote_id)
         nested.state = _CLOSED
         if nested.shown:
             out.append(
@@ -775,8 +828,53 @@ class DelegationState:
     # -- cleaning what the target sent: secrets redacted -----------------------------------
 
     def _clean_update(self, update: TargetUpdate) -> TargetUpdate:
-        """`update` with every string redacted (its kind left alone: see `engine._redact`)."""
-        return attrs.evolve(update, **self._redactor.fields(update))
+        """`update` with every string redacted (its kind left alone: see `engine._redact`); a
+        streamed delta is left as it is here: its `RedactedStream` redacts it as part of its
+        whole text."""
+        changes = self._redactor.fields(update)
+        if update.kind in _STREAMED and isinstance(update.delta, str):
+            changes["delta"] = update.delta
+        return attrs.evolve(update, **changes)
+
+    def _tool(self, out: list[DelegationEvent], update: TargetUpdate) -> None:
+        """A tool call's arguments, end or result with secrets configured: streamed arguments
+        (`delta`) are redacted as one text per call, and what is held back is released before
+        the call's end or result (or its producer's end, or the delegation's terminal)."""
+        key = (update.subagent_id, update.tool_call_id)
+        if update.kind == Kind.TOOL_CALL_ARGS and update.delta:
+            held = self._tool_args.get(key)
+            if held is None:
+                held = self._tool_args[key] = _HeldArgs(self._redactor.stream(), update)
+            held.update = update
+            delta = held.stream.feed(update.delta)
+            if delta or update.args is not None:
+                out.append(self._event(update.kind, update, delta=delta or None))
+            return
+        if update.kind != Kind.TOOL_CALL_ARGS:
+            self._release_args(out, key)
+        out.append(self._event(update.kind, update))
+
+    def _release_args(self, out: list[DelegationEvent], key: tuple[str | None, str | None]) -> None:
+        held = self._tool_args.pop(key, None)
+        if held is None:
+            return
+        tail = held.stream.close()
+        if tail:
+            out.append(
+                self._event(
+                    Kind.TOOL_CALL_ARGS,
+                    held.update,
+                    delta=tail,
+                    args=None,
+                    text=None,
+                    result=None,
+                    raw=None,
+                )
+            )
+
+    def _release_args_of(self, out: list[DelegationEvent], remote_id: str) -> None:
+        for key in [key for key in self._tool_args if key[0] == remote_id]:
+            self._release_args(out, key)
 
     # -- events -------------------------------------------------------------------------
 

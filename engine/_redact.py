@@ -11,9 +11,15 @@ with one), so that a host whose test token is `abc` sees `token=[REDACTED]` but 
 `[REDACTED]def` for `abcdef`. The registry warns when such a credential is registered: a remote
 that glues it to other text shows it. Matching is one pass, leftmost first and, where several
 secrets start at one place, the longest (a regular expression of the secrets, longest first),
-so the outcome does not depend on the order in which secrets were configured. It cannot see a
-secret split across two deltas of a stream; targets must never send credentials to a remote that
-could echo them piecewise, and adapters redact whole remote documents before splitting them.
+so the outcome does not depend on the order in which secrets were configured.
+
+Streams. A secret split across two deltas of one message (`"sec" + "ret-token"`) is in neither,
+yet a viewer gets adjacent deltas merged (the lanes merge them under pressure, the AG-UI encoder
+writes one event per message and batch). `RedactedStream` redacts a stream as the one text it
+is: each piece is released at once except the shortest tail that could still grow into a secret
+(a prefix of one, or a short secret that waits for the character after it), held until the next
+piece or the stream's end. What it releases, concatenated, is exactly `Redactor.text` of the
+whole stream, so no piece, and no merge of adjacent pieces, holds a secret.
 
 With no secrets configured a `Redactor` is falsy, and callers on a hot path skip it with one
 attribute check.
@@ -32,6 +38,7 @@ __all__ = [
     "REDACTED",
     "SHORT_SECRET_CHARS",
     "VOCABULARY_FIELDS",
+    "RedactedStream",
     "Redactor",
 ]
 
@@ -70,7 +77,19 @@ class Redactor:
         # at one place the longer one is replaced whole.
         values = sorted({s for s in secrets if s}, key=len, reverse=True)
         self.secrets: tuple[str, ...] = tuple(values)
+        self.longest = len(values[0]) if values else 0
         self._pattern = re.compile("|".join(map(_alternative, values))) if values else None
+        # What `RedactedStream` needs to find a tail that could still become a secret.
+        self._by_initial: dict[str, list[str]] = {}
+        for secret in values:
+            self._by_initial.setdefault(secret[0], []).append(secret)
+        self._initials = re.compile(
+            "[" + "".join(re.escape(c) for c in self._by_initial) + "]" if values else "(?!)"
+        )
+        #: Short secrets that end with a word character: a match needs the character after it.
+        self._wait_after = frozenset(
+            s for s in values if len(s) < SHORT_SECRET_CHARS and _WORD.match(s[-1])
+        )
 
     def __bool__(self) -> bool:
         return self._pattern is not None
@@ -104,7 +123,92 @@ class Redactor:
             out[name] = item if name in VOCABULARY_FIELDS else self.value(item)
         return out
 
+    def stream(self) -> RedactedStream:
+        """A new stream of pieces to redact as one text (see `RedactedStream`)."""
+        return RedactedStream(self)
+
+    # -- streams: what `RedactedStream` calls --------------------------------------------
+
+    def _unsettled(self, text: str, start: int) -> int:
+        """The first position from `start` where a match could still begin if more text came
+        (`len(text)` if none): the tail from there is a proper prefix of a secret, or a whole
+        short secret that waits for the character after it."""
+        end = len(text)
+        by_initial = self._by_initial
+        wait_after = self._wait_after
+        for found in self._initials.finditer(text, max(start, end - self.longest)):
+            at = found.start()
+            tail = text[at:]
+            for secret in by_initial[tail[0]]:
+                if len(tail) < len(secret):
+                    if secret.startswith(tail):
+                        return at
+                elif secret in wait_after and tail == secret:
+                    return at
+        return end
+
+    def _release(self, text: str, start: int, final: bool) -> tuple[str, int]:
+        """Redact `text[start:]` (what comes before is context for token boundaries) up to
+        where matching could still change, or to the end when `final`. Returns the redacted
+        text and how far into `text` it reaches."""
+        assert self._pattern is not None
+        end = len(text)
+        hold = end if final else self._unsettled(text, start)
+        out: list[str] = []
+        at = start
+        for match in self._pattern.finditer(text, start):
+            if match.start() >= hold:
+                break
+            out.append(text[at : match.start()])
+            out.append(REDACTED)
+            at = match.end()
+            if at > hold:  # a settled match ran past the hold: look again from its end
+                hold = end if final else self._unsettled(text, at)
+        out.append(text[at:hold])
+        return "".join(out), hold
+
 
 @functools.cache
 def _init_fields(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in attrs.fields(cls) if f.init)
+
+
+class RedactedStream:
+    """One stream of text pieces (a message's deltas) redacted as the one text it is.
+
+    `feed(piece)` returns what may be shown now (possibly ""); `close()` returns the rest. What
+    they return, concatenated, is `Redactor.text` of the pieces joined, so no piece and no
+    merge of adjacent pieces holds a secret. At most a tail shorter than the longest secret (or
+    a whole short secret, until the character after it arrives) is held between calls; nothing
+    is ever dropped.
+    """
+
+    __slots__ = ("_before", "_held", "_redactor")
+
+    def __init__(self, redactor: Redactor) -> None:
+        if not redactor:
+            raise ValueError("a stream needs a redactor with secrets")
+        self._redactor = redactor
+        self._held = ""  # raw text not released yet
+        self._before = ""  # the raw character before it: token boundaries look at it
+
+    @property
+    def held(self) -> str:
+        """The raw tail held back (never shown before `feed` or `close` releases it)."""
+        return self._held
+
+    def feed(self, piece: str) -> str:
+        text = self._before + self._held + piece
+        released, cut = self._redactor._release(text, len(self._before), final=False)
+        self._held = text[cut:]
+        if cut:
+            self._before = text[cut - 1]
+        return released
+
+    def close(self) -> str:
+        if not self._held:
+            return ""
+        text = self._before + self._held
+        released, _ = self._redactor._release(text, len(self._before), final=True)
+        self._held = self._before = ""
+        return released

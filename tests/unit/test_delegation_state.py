@@ -852,10 +852,10 @@ def test_redacted_text_keeps_the_rest() -> None:
 
 def test_short_secrets_are_redacted_where_they_stand_alone() -> None:
     """A credential too short to be safe is still a credential: redacted as a token of its
-    own, while the words it is part of are left alone."""
+    own (split across deltas too), while the words it is part of are left alone."""
     state = make_state(secrets=["abc", "x-1"])
     text = "abc token=abc abcdef xabc (x-1) ax-1 x-12: abc"
-    events = feed(state, *say("m1", text), TargetUpdate(kind=Kind.FINISHED))
+    events = feed(state, *say("m1", *text.partition("=ab")), TargetUpdate(kind=Kind.FINISHED))
     shown = "".join(e.delta or "" for e in events if e.kind == Kind.TEXT_DELTA)
     assert shown == (f"{REDACTED} token={REDACTED} abcdef xabc ({REDACTED}) ax-1 x-12: {REDACTED}")
 
@@ -871,3 +871,139 @@ def test_a_short_secret_that_is_a_word_of_a_kind_leaves_the_kinds_alone() -> Non
     ]
     deltas = [e for e in events if e.kind == Kind.TEXT_DELTA]
     assert "".join(e.delta or "" for e in deltas) == f"some {REDACTED}"
+
+
+# -- a secret split across deltas ---------------------------------------------------------------
+
+
+def shown(events: Iterable[DelegationEvent], kind: str) -> list[str]:
+    return [e.delta for e in events if e.kind == kind and e.delta is not None]
+
+
+def assert_nowhere(pieces: list[str], secret: str = SECRET) -> None:
+    """Not in any piece, nor in any run of adjacent pieces (what a merge makes of them)."""
+    for start in range(len(pieces)):
+        for end in range(start + 1, len(pieces) + 1):
+            assert secret not in "".join(pieces[start:end]), pieces[start:end]
+
+
+@pytest.mark.parametrize(
+    ("kind", "family_end"), [(Kind.TEXT_DELTA, Kind.TEXT_END), (Kind.REASONING_DELTA, None)]
+)
+def test_a_secret_split_across_deltas_is_redacted_before_anything_is_emitted(
+    kind: str, family_end: str | None
+) -> None:
+    state = make_state(secrets=[SECRET])
+    pieces = ["key: sk-", "LIVE", "-4f9", "a1c, done"]
+    updates = [TargetUpdate(kind=kind, message_id="m1", delta=piece) for piece in pieces]
+    if family_end is not None:
+        updates.append(TargetUpdate(kind=family_end, message_id="m1"))
+    events = feed(state, *updates, FINISHED)
+    deltas = shown(events, kind)
+    assert "".join(deltas) == f"key: {REDACTED}, done"
+    assert_nowhere(deltas)
+    assert SECRET not in engine.to_json(state.result)
+    if kind == Kind.TEXT_DELTA:
+        assert state.result is not None
+        assert state.result.messages == (
+            ResultMessage(role="assistant", text=f"key: {REDACTED}, done"),
+        )
+
+
+def test_a_held_tail_is_released_before_the_message_ends_and_no_text_is_lost() -> None:
+    state = make_state(secrets=[SECRET])
+    events = feed(state, *say("m1", "almost sk-LIV"), FINISHED)
+    assert kinds(events)[-4:] == [
+        Kind.TEXT_DELTA,
+        Kind.TEXT_DELTA,
+        Kind.TEXT_END,
+        Kind.FINISHED,
+    ]
+    assert shown(events, Kind.TEXT_DELTA) == ["almost ", "sk-LIV"]
+
+
+@pytest.mark.parametrize(
+    "ending",
+    [
+        FINISHED,
+        _fail_with("crashed"),
+        lambda state: state.cancelled(remote_cancel=RemoteCancel.CONFIRMED),
+        lambda state: state.fail(DelegationError(code=ErrorCode.REMOTE_TIMEOUT, message="t")),
+    ],
+    ids=["finished", "failed", "cancelled()", "fail()"],
+)
+def test_held_tails_of_open_messages_and_tool_calls_are_released_before_the_terminal(
+    ending: object,
+) -> None:
+    state = make_state(secrets=[SECRET])
+    events = feed(
+        state,
+        started(),
+        TargetUpdate(kind=Kind.TEXT_DELTA, message_id="m1", delta="text sk-LIVE"),
+        TargetUpdate(kind=Kind.TOOL_CALL_START, tool_call_id="t1", tool_name="search"),
+        TargetUpdate(kind=Kind.TOOL_CALL_ARGS, tool_call_id="t1", delta='{"q": "sk-LI'),
+    )
+    if isinstance(ending, TargetUpdate):
+        events += feed(state, ending)
+    else:
+        events += ending(state)  # type: ignore[operator]
+    assert state.terminal
+    assert shown(events, Kind.TEXT_DELTA) == ["text ", "sk-LIVE"]
+    assert shown(events, Kind.TOOL_CALL_ARGS) == ['{"q": "', "sk-LI"]
+    order = kinds(events)
+    assert order.index(Kind.TEXT_END) < order.index(state.terminal_kind or "")
+    assert max(i for i, k in enumerate(order) if k == Kind.TOOL_CALL_ARGS) < len(order) - 1
+
+
+def test_tool_call_arguments_are_redacted_as_one_text_per_call() -> None:
+    state = make_state(secrets=[SECRET])
+    call = {"tool_call_id": "t1", "tool_name": "http"}
+    events = feed(
+        state,
+        started(),
+        TargetUpdate(kind=Kind.TOOL_CALL_START, **call),  # type: ignore[arg-type]
+        *(
+            TargetUpdate(kind=Kind.TOOL_CALL_ARGS, delta=piece, **call)  # type: ignore[arg-type]
+            for piece in ('{"auth": "sk-', "LIVE-4f", '9a1c"}')
+        ),
+        TargetUpdate(kind=Kind.TOOL_CALL_END, **call),  # type: ignore[arg-type]
+        FINISHED,
+    )
+    deltas = shown(events, Kind.TOOL_CALL_ARGS)
+    assert "".join(deltas) == f'{{"auth": "{REDACTED}"}}'
+    assert_nowhere(deltas)
+    args = [e for e in events if e.kind == Kind.TOOL_CALL_ARGS]
+    assert {(e.tool_call_id, e.tool_name) for e in args} == {("t1", "http")}
+    order = kinds(events)
+    assert order.index(Kind.TOOL_CALL_END) > max(
+        i for i, k in enumerate(order) if k == Kind.TOOL_CALL_ARGS
+    )
+
+
+def test_a_nested_subagents_held_text_is_released_before_its_end() -> None:
+    state = make_state(secrets=[SECRET])
+    events = feed(
+        state,
+        started(),
+        TargetUpdate(kind=Kind.NESTED_STARTED, subagent_id="s1", name="helper"),
+        TargetUpdate(kind=Kind.TEXT_DELTA, subagent_id="s1", message_id="n1", delta="x sk-LI"),
+        TargetUpdate(
+            kind=Kind.TOOL_CALL_ARGS, subagent_id="s1", tool_call_id="c1", delta="sk-LIVE-4"
+        ),
+        TargetUpdate(kind=Kind.NESTED_FINISHED, subagent_id="s1", status="completed"),
+    )
+    order = kinds(events)
+    end = order.index(Kind.NESTED_FINISHED)
+    released = [e for e in events[:end] if e.delta in ("sk-LI", "sk-LIVE-4")]
+    assert [(e.kind, e.nested_id) for e in released] == [
+        (Kind.TEXT_DELTA, "del-1/s1"),
+        (Kind.TOOL_CALL_ARGS, "del-1/s1"),
+    ]
+
+
+def test_without_secrets_deltas_pass_as_they_came() -> None:
+    state = make_state()
+    events = feed(state, *say("m1", "sk-", "LIVE")[:-1])
+    assert state._open["m1"].stream is None  # nothing is held, nothing is kept per message
+    events += feed(state, TargetUpdate(kind=Kind.TEXT_END, message_id="m1"), FINISHED)
+    assert shown(events, Kind.TEXT_DELTA) == ["sk-", "LIVE"]

@@ -1,4 +1,4 @@
-"""Unit tests of `engine._redact`: which secrets are redacted where.
+"""Unit tests of `engine._redact`: which secrets are redacted where, and in streams.
 
 Sans-IO: strings in, strings out; the registry's warning is read from the log with caplog.
 """
@@ -10,7 +10,7 @@ import logging
 import pytest
 
 from adapters.inprocess import InProcessTarget
-from engine import REDACTED, AgentSpec, Redactor, Registry
+from engine import REDACTED, AgentSpec, RedactedStream, Redactor, Registry
 from engine._redact import SHORT_SECRET_CHARS
 
 
@@ -82,6 +82,51 @@ def test_an_error_code_and_an_event_kind_are_never_redacted() -> None:
         REDACTED,
         "remote_failed",
     )
+
+
+# -- streams ---------------------------------------------------------------------------------
+
+
+def stream_of(redactor: Redactor, *pieces: str) -> list[str]:
+    stream = redactor.stream()
+    return [stream.feed(piece) for piece in pieces] + [stream.close()]
+
+
+def test_a_secret_split_across_pieces_is_redacted_as_one_text() -> None:
+    shown = stream_of(Redactor(["secret-token"]), "my sec", "ret-to", "ken, ok")
+    assert shown == ["my ", "", f"{REDACTED}, ok", ""]
+    assert all("sec" not in piece or REDACTED in piece for piece in shown)
+
+
+def test_a_stream_holds_only_what_could_still_become_a_secret() -> None:
+    stream = Redactor(["secret-token"]).stream()
+    assert stream.feed("nothing to hide here") == "nothing to hide here"
+    assert stream.held == ""
+    assert stream.feed(" but s") == " but "  # "s" may start the secret
+    assert stream.held == "s"
+    assert stream.feed("o on") == "so on"
+    assert stream.close() == ""
+
+
+def test_a_stream_releases_its_held_tail_when_closed() -> None:
+    assert stream_of(Redactor(["secret-token"]), "the end: secret-tok") == [
+        "the end: ",
+        "secret-tok",
+    ]
+
+
+def test_a_short_secret_waits_for_the_character_after_it() -> None:
+    redactor = Redactor(["abc"])
+    assert stream_of(redactor, "x abc", "def") == ["x ", "abcdef", ""]
+    assert stream_of(redactor, "x abc", " y") == ["x ", f"{REDACTED} y", ""]
+    assert stream_of(redactor, "x abc") == ["x ", REDACTED]
+    # ... and looks at the character before it, released long ago.
+    assert stream_of(redactor, "xab", "c d") == ["x", "abc d", ""]
+
+
+def test_a_stream_needs_secrets() -> None:
+    with pytest.raises(ValueError, match="needs a redactor with secrets"):
+        RedactedStream(Redactor())
 
 
 # -- the registry ----------------------------------------------------------------------------
