@@ -38,7 +38,7 @@ from engine._journal import (
     Subscription,
 )
 from engine._lanes import JournalEntry, LaneBuffer, LaneStatistics, event_weight
-from engine._redact import REDACTED, RedactedStream, Redactor
+from engine._redact import REDACTED, RedactedStream, Redactor, valid_text, valid_value
 from engine._registry import (
     AgentSpec,
     ContextPolicy,
@@ -157,4 +157,6 @@ __all__ = [
     "to_json",
     "to_jsonable",
     "tool_input_schema",
+    "valid_text",
+    "valid_value",
 ]

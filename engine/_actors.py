@@ -42,7 +42,7 @@ from engine._endpoint import RunEndpoint, RunEndpointError, RunEndpointProvider
 from engine._events import DelegationEvent, Kind
 from engine._journal import JournalStore, MemoryJournalStore, RunJournal, Subscription
 from engine._lanes import JournalEntry, LaneBuffer
-from engine._redact import Redactor
+from engine._redact import Redactor, is_valid_unicode, valid_text, valid_value
 from engine._registry import (
     AgentSpec,
     ContextPolicy,
@@ -427,8 +427,15 @@ class RunActor:
     # -- publishing ----------------------------------------------------------------------
 
     def _event(self, kind: str, **fields: Any) -> DelegationEvent:
+        """One of the run's own events: a parent's payload or the run's lifecycle. Its text
+        comes from a parent agent or a host, so it enters made valid Unicode (`engine._redact`);
+        an ASCII string costs a flag check."""
+        for value in fields.values():
+            if not (value.__class__ is str and value.isascii()) and not is_valid_unicode(value):
+                fields = {name: valid_value(item) for name, item in fields.items()}
+                break
         return DelegationEvent(
-            kind=kind,
+            kind=valid_text(kind),
             run_id=self.run_id,
             sequence=next(self._sequence),
             time=self.engine.clock(),
@@ -679,7 +686,8 @@ class DelegationActor:
         card_name = getattr(self._session, "agent_name", None)
         if not self.spec.display_name and isinstance(card_name, str) and card_name.strip():
             # The remote's own name (its card) when the host named the agent by key only.
-            self.identity = attrs.evolve(self.identity, agent_name=card_name.strip()[:200])
+            name = valid_text(card_name.strip()[:200])
+            self.identity = attrs.evolve(self.identity, agent_name=name)
             self.state.identity = self.identity
         self._sent_task = True
         await self._call(self._session.start)

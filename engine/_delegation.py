@@ -24,12 +24,12 @@ delegation ends waiting for input, else `subagent.nested.cancelled`). Subagents 
 their deepest shown ancestor's. Nested subagents' text is theirs: it is not the delegation's
 result (messages, summary), but it counts against `max_text_chars`.
 
-With secrets configured, what a target sends is redacted where it enters (`engine._redact`), so
-events, results and errors derive from redacted values only. A message's deltas and a tool
-call's streamed arguments are redacted as the one text they are: each goes through its own
-`RedactedStream`, whose held tail is released (as one more delta) before the message's end, the
-tool call's end or result, its subagent's end or the delegation's terminal, so a secret split
-across deltas reaches no viewer, merged or not.
+What a target sends is cleaned where it enters (`engine._redact`): every string made valid
+Unicode and, with secrets configured, redacted, so events, results and errors derive from clean
+values only. A message's deltas and a tool call's streamed arguments are redacted as the one text
+they are: each goes through its own `RedactedStream`, whose held tail is released (as one more
+delta) before the message's end, the tool call's end or result, its subagent's end or the
+delegation's terminal, so a secret split across deltas reaches no viewer, merged or not.
 
 Theory of operation: the actor calls `feed(update)` for each `TargetUpdate` and its own
 `fail()/cancelled()/...` for outcomes it decides (timeouts, cancels, crashes); every call returns
@@ -39,13 +39,14 @@ awaits, so every rule is unit-, property- and fuzz-testable in memory.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import Any, Final
 
 import attrs
 
 from engine._events import DelegationEvent, DropReport, Kind
-from engine._redact import RedactedStream, Redactor
+from engine._redact import RedactedStream, Redactor, is_valid_unicode, valid_text, valid_value
 from engine._registry import DelegationPolicy
 from engine._results import (
     ArtifactRef,
@@ -76,6 +77,13 @@ _NESTED_LIFECYCLE: Final = frozenset({Kind.NESTED_STARTED, *Kind.NESTED_TERMINAL
 _STREAMED: Final = frozenset({Kind.TEXT_DELTA, Kind.REASONING_DELTA, Kind.TOOL_CALL_ARGS})
 #: The events of a tool call after its start: where its streamed arguments are held and released.
 _TOOL_KINDS: Final = frozenset({Kind.TOOL_CALL_ARGS, Kind.TOOL_CALL_END, Kind.TOOL_CALL_RESULT})
+#: The fields of a `TargetUpdate` that may hold text (all but the artifact's byte count and flag).
+_UPDATE_FIELDS: Final = tuple(
+    f.name
+    for f in attrs.fields(TargetUpdate)
+    if f.name not in ("artifact_bytes", "artifact_append")
+)
+_update_values: Final = operator.attrgetter(*_UPDATE_FIELDS)
 #: Kinds that describe the delegation as a whole: never attributed to a nested subagent.
 _UNATTRIBUTABLE: Final = frozenset(
     {Kind.STARTED, Kind.INPUT_REQUIRED, *Kind.DELEGATION_TERMINALS, *_NESTED_LIFECYCLE}
@@ -154,7 +162,7 @@ class DelegationState:
         max_artifacts: int | None = None,
         redactor: Redactor | None = None,
     ) -> None:
-        self.identity = identity
+        self.identity = identity if is_valid_unicode(identity) else valid_value(identity)
         self.policy = policy
         self._clock = clock
         self._redactor = redactor or Redactor()
@@ -223,8 +231,8 @@ class DelegationState:
         if self.terminal_kind is not None:
             self.ignored_after_terminal += 1
             return []
-        if self._redacting:
-            # Redact at the boundary: everything derived (events, result, errors) is then clean.
+        if self._redacting or not _valid_unicode(update):
+            # Clean at the boundary: everything derived (events, result, errors) is then clean.
             update = self._clean_update(update)
         out: list[DelegationEvent] = []
         self._learn_ids(update)
@@ -825,15 +833,15 @@ class DelegationState:
             if open_message.origin == origin:
                 self._close_message(out, message_id, None)
 
-    # -- cleaning what the target sent: secrets redacted -----------------------------------
+    # -- cleaning what the target sent: valid Unicode, secrets redacted ----------------------
 
     def _clean_update(self, update: TargetUpdate) -> TargetUpdate:
-        """`update` with every string redacted (its kind left alone: see `engine._redact`); a
-        streamed delta is left as it is here: its `RedactedStream` redacts it as part of its
-        whole text."""
+        """`update` with every string made valid Unicode and, with secrets configured, redacted
+        (its kind only made valid: see `engine._redact`); a streamed delta only made valid here:
+        its `RedactedStream` redacts it as part of its whole text."""
         changes = self._redactor.fields(update)
         if update.kind in _STREAMED and isinstance(update.delta, str):
-            changes["delta"] = update.delta
+            changes["delta"] = valid_text(update.delta)
         return attrs.evolve(update, **changes)
 
     def _tool(self, out: list[DelegationEvent], update: TargetUpdate) -> None:
@@ -920,3 +928,11 @@ class DelegationState:
             card_fingerprint=self.card_fingerprint,
             **base,
         )
+
+
+def _valid_unicode(update: TargetUpdate) -> bool:
+    """Whether every string of `update` encodes as UTF-8; an ASCII one costs a flag check."""
+    for value in filter(None, _update_values(update)):
+        if (value.__class__ is not str or not value.isascii()) and not is_valid_unicode(value):
+            return False
+    return True

@@ -1,9 +1,13 @@
-"""Redaction of configured secrets from anything the engine shows (events, results, errors).
+"""Text from outside made safe to show: configured secrets redacted, text made valid Unicode.
 
-`Redactor` holds the credential values a host configured (`AgentSpec.secrets`) and
+Whatever the engine shows (events, results, errors, log lines) may carry text a remote agent, a
+parent agent or a host gave it. This module owns the two rules that text passes where it enters
+the engine, and decides nothing else about it.
+
+Secrets. `Redactor` holds the credential values a host configured (`AgentSpec.secrets`) and
 replaces each occurrence with `[REDACTED]`, in strings and recursively in JSON-like values and
 attrs models (keys included; an event's kind and an error's code are the engine's vocabulary,
-so they are left as they are). Every configured value is redacted, whatever its length: a
+so they are only made valid). Every configured value is redacted, whatever its length: a
 credential that leaks because it is short is still a credential. One of `SHORT_SECRET_CHARS`
 characters or more is replaced wherever it occurs; a shorter one only where it stands as a
 token of its own (no letter, digit or underscore glued to it on a side where it starts or ends
@@ -20,6 +24,13 @@ is: each piece is released at once except the shortest tail that could still gro
 (a prefix of one, or a short secret that waits for the character after it), held until the next
 piece or the stream's end. What it releases, concatenated, is exactly `Redactor.text` of the
 whole stream, so no piece, and no merge of adjacent pieces, holds a secret.
+
+Unicode. JSON can spell an unpaired UTF-16 surrogate (`"\\ud800"`, RFC 8259 section 8.2) and
+Python's `json.loads` gives it back as a `str` holding U+D800, which no UTF-8 encoder accepts:
+one such character journaled would make every later write of the run's stream raise.
+`valid_text` and `valid_value` read a string as the UTF-16 it stands for: an unpaired surrogate
+becomes U+FFFD and a pair of surrogates the character they spell. ASCII text costs one flag
+check; `Redactor.text` applies it before redacting.
 
 With no secrets configured a `Redactor` is falsy, and callers on a hot path skip it with one
 attribute check.
@@ -40,17 +51,65 @@ __all__ = [
     "VOCABULARY_FIELDS",
     "RedactedStream",
     "Redactor",
+    "is_valid_unicode",
+    "valid_text",
+    "valid_value",
 ]
 
 REDACTED: Final = "[REDACTED]"
 #: Secrets shorter than this are redacted only where they stand as a token of their own.
 SHORT_SECRET_CHARS: Final = 6
 #: Fields of the engine's models that hold its own vocabulary (an event kind, an error code):
-#: never redacted, since rules dispatch on them and a short secret may
+#: made valid Unicode but never redacted, since rules dispatch on them and a short secret may
 #: well be a word of one.
 VOCABULARY_FIELDS: Final = frozenset({"kind", "code"})
 
 _WORD: Final = re.compile(r"\w")
+
+
+# -- valid Unicode ---------------------------------------------------------------------------
+
+
+def valid_text(text: str) -> str:
+    """`text` with every unpaired surrogate replaced by U+FFFD (and a pair joined)."""
+    if text.isascii():  # a flag of the string object: no scan
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def _valid(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def is_valid_unicode(value: Any) -> bool:
+    """Whether every string in `value` (JSON-like, or an attrs model such as `ArtifactRef`)
+    encodes as UTF-8. Nothing is copied."""
+    if isinstance(value, str):
+        return _valid(value)
+    if value is None or isinstance(value, int | float):
+        return True
+    if isinstance(value, dict):
+        return all(is_valid_unicode(k) and is_valid_unicode(v) for k, v in value.items())
+    if isinstance(value, list | tuple):
+        return all(is_valid_unicode(item) for item in value)
+    if attrs.has(value.__class__):
+        return all(is_valid_unicode(getattr(value, f.name)) for f in attrs.fields(value.__class__))
+    return True
+
+
+def valid_value(value: Any) -> Any:
+    """`value` with `valid_text` applied to every string (see `Redactor.value`)."""
+    return _PLAIN.value(value)
 
 
 # -- secrets ---------------------------------------------------------------------------------
@@ -67,7 +126,7 @@ def _alternative(secret: str) -> str:
 
 
 class Redactor:
-    """The configured secrets, redacted from text and JSON-like values.
+    """The configured secrets, redacted from text and JSON-like values; always valid Unicode.
 
     Falsy when no secret is configured (empty values are ignored). Immutable once built.
     """
@@ -75,7 +134,7 @@ class Redactor:
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         # Longest first: the pattern tries its branches in order, so where two secrets start
         # at one place the longer one is replaced whole.
-        values = sorted({s for s in secrets if s}, key=len, reverse=True)
+        values = sorted({valid_text(s) for s in secrets if s}, key=len, reverse=True)
         self.secrets: tuple[str, ...] = tuple(values)
         self.longest = len(values[0]) if values else 0
         self._pattern = re.compile("|".join(map(_alternative, values))) if values else None
@@ -95,6 +154,7 @@ class Redactor:
         return self._pattern is not None
 
     def text(self, value: str) -> str:
+        value = valid_text(value)
         if self._pattern is None:
             return value
         return self._pattern.sub(REDACTED, value)
@@ -114,13 +174,16 @@ class Redactor:
 
     def fields(self, model: Any) -> dict[str, Any]:
         """An attrs model's fields that hold something, each cleaned by `value`;
-        `VOCABULARY_FIELDS` as they are (what `attrs.evolve` takes)."""
+        `VOCABULARY_FIELDS` only made valid Unicode (what `attrs.evolve` takes)."""
         out = {}
         for name in _init_fields(model.__class__):
             item = getattr(model, name)
             if item is None or item.__class__ is int or item.__class__ is bool:
                 continue
-            out[name] = item if name in VOCABULARY_FIELDS else self.value(item)
+            if name in VOCABULARY_FIELDS and isinstance(item, str):
+                out[name] = valid_text(item)
+            else:
+                out[name] = self.value(item)
         return out
 
     def stream(self) -> RedactedStream:
@@ -168,6 +231,10 @@ class Redactor:
         return "".join(out), hold
 
 
+# The Unicode half of a redactor: what `valid_value` applies.
+_PLAIN: Final = Redactor()
+
+
 @functools.cache
 def _init_fields(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in attrs.fields(cls) if f.init)
@@ -177,10 +244,10 @@ class RedactedStream:
     """One stream of text pieces (a message's deltas) redacted as the one text it is.
 
     `feed(piece)` returns what may be shown now (possibly ""); `close()` returns the rest. What
-    they return, concatenated, is `Redactor.text` of the pieces joined, so no piece and no
-    merge of adjacent pieces holds a secret. At most a tail shorter than the longest secret (or
-    a whole short secret, until the character after it arrives) is held between calls; nothing
-    is ever dropped.
+    they return, concatenated, is `Redactor.text` of the pieces joined (each piece made valid
+    Unicode on its own), so no piece and no merge of adjacent pieces holds a secret. At most a
+    tail shorter than the longest secret (or a whole short secret, until the character after
+    it arrives) is held between calls; nothing is ever dropped.
     """
 
     __slots__ = ("_before", "_held", "_redactor")
@@ -198,7 +265,7 @@ class RedactedStream:
         return self._held
 
     def feed(self, piece: str) -> str:
-        text = self._before + self._held + piece
+        text = self._before + self._held + valid_text(piece)
         released, cut = self._redactor._release(text, len(self._before), final=False)
         self._held = text[cut:]
         if cut:

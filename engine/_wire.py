@@ -4,13 +4,17 @@ This module owns the one cattrs converter of the engine. Models stay free of ser
 details; every adapter that writes or reads engine JSON goes through `to_jsonable`/`to_json` and
 the `*_from_json` readers here. Readers are strict about types and raise `WireError` (never a bare
 cattrs or JSON exception) for anything malformed, so a hostile or buggy peer cannot crash a reader.
-Fields this version does not know are kept in `extra` on read and written back on write.
+Fields this version does not know are kept in `extra` on read and written back on write. What a
+reader gives is valid Unicode: a document that spells an unpaired surrogate (JSON's `\\ud800`,
+RFC 8259 section 8.2) is read with U+FFFD in its place, so `to_json(...).encode()` of anything a
+reader accepted cannot raise.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -18,6 +22,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from engine._events import DelegationEvent, DropReport
+from engine._redact import valid_value
 from engine._results import (
     ArtifactRef,
     DelegationError,
@@ -41,6 +46,11 @@ T = TypeVar("T")
 
 #: Documents larger than this are refused before parsing.
 MAX_DOCUMENT_BYTES: Final = 4 * 1024 * 1024
+
+#: A surrogate in a document: escaped, or as the character (bytes: its UTF-8 form, which
+#: `json.loads` decodes with `surrogatepass`). Only documents with one are walked to repair it.
+_SURROGATE_IN_TEXT: Final = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+_SURROGATE_IN_BYTES: Final = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
 class WireError(ValueError):
@@ -192,9 +202,13 @@ def _parse(text: str | bytes) -> Any:
     if len(text) > MAX_DOCUMENT_BYTES:
         raise WireError(f"document larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+        hint = _SURROGATE_IN_TEXT if isinstance(text, str) else _SURROGATE_IN_BYTES
+        if hint.search(text):  # type: ignore[arg-type]
+            value = valid_value(value)
     except (ValueError, RecursionError) as exc:
         raise WireError(f"not JSON: {exc}") from exc
+    return value
 
 
 def event_from_jsonable(value: Any) -> DelegationEvent:

@@ -3,8 +3,9 @@
 Any bytes go to `event_from_json` and to `result_from_json`. `WireError` is the one expected
 refusal; any other exception is a bug. When a reader accepts a document, what it read must
 survive a round trip: `to_json` must write it as standard JSON (no NaN or Infinity, which a
-browser's `JSON.parse` refuses), the same reader must accept that text, and the value read back
-must equal the first one.
+browser's `JSON.parse` refuses) that encodes as UTF-8 (a document spelling a lone surrogate,
+escaped or as its UTF-8 form, is read with U+FFFD in its place), the same reader must accept
+that text, and the value read back must equal the first one.
 """
 
 from __future__ import annotations
@@ -49,6 +50,14 @@ SEEDS: list[bytes] = [
     b'"metadata":{"n":1}}',
     b'{"delegation_id":"d","agent":"a","remote_protocol":"agui","status":"failed",'
     b'"error":{"code":"remote_timeout","message":"m","retryable":true,"remote_status":"working"}}',
+    # Lone surrogates: escaped, in a key, in nested values, as (surrogatepass) UTF-8 bytes,
+    # and a valid pair spelled as two escapes.
+    b'{"kind":"subagent.text.delta","run_id":"r","delta":"a\\ud800b","message_id":"\\udc00"}',
+    b'{"kind":"k","run_id":"r","raw":{"\\ud800":["\\udfff",{"x":"\\uD83D"}]},"extra":1}',
+    b'{"kind":"k","run_id":"\xed\xa0\x80"}',
+    b'{"kind":"k","run_id":"r","delta":"\\ud83d\\ude00"}',
+    b'{"delegation_id":"d","agent":"a","remote_protocol":"p","status":"failed",'
+    b'"summary":"\\ud800","error":{"code":"c","message":"\\udbff"}}',
     # Malformed.
     b'{"kind":1,"run_id":"r"}',
     b'{"kind":"k","run_id":"r","sequence":true}',
@@ -83,6 +92,10 @@ DICTIONARY: list[bytes] = [
     b'"size_bytes"',
     b'"kinds"',
     b"1e999",
+    b'"\\ud800"',
+    b'"\\udfff"',
+    b"\\uD83D\\uDE00",
+    b"\xed\xa0\x80",
     b"NaN",
     b"-0.0",
 ]
@@ -99,6 +112,10 @@ def _round_trip(read: Callable[[str | bytes], Any], data: bytes) -> None:
     except WireError:
         return
     text = to_json(first)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise AssertionError(f"to_json wrote text that cannot be UTF-8: {text!r}") from exc
     try:
         json.loads(text, parse_constant=_refuse_constant)
     except ValueError as exc:

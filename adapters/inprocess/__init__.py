@@ -131,7 +131,8 @@ class LocalTask:
         events and results carry the reference (`uri`).
         """
         artifact_id = artifact_id or f"{self.task.delegation_id}-artifact-{next(self._messages)}"
-        size = len(data.encode() if isinstance(data, str) else data)
+        # surrogatepass: content is only counted, and a lone surrogate must not fail the agent.
+        size = len(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
         await self._emit(
             TargetUpdate(
                 kind=Kind.ARTIFACT,

@@ -1007,3 +1007,43 @@ def test_without_secrets_deltas_pass_as_they_came() -> None:
     assert state._open["m1"].stream is None  # nothing is held, nothing is kept per message
     events += feed(state, TargetUpdate(kind=Kind.TEXT_END, message_id="m1"), FINISHED)
     assert shown(events, Kind.TEXT_DELTA) == ["sk-", "LIVE"]
+
+
+# -- text that is not valid Unicode -----------------------------------------------------------
+
+
+def test_lone_surrogates_from_a_target_become_replacement_characters() -> None:
+    state = make_state()
+    events = feed(
+        state,
+        started(status="working", text="\ud800"),
+        *say("m\udc00", "a\ud800", "b"),
+        TargetUpdate(kind=Kind.TOOL_CALL_ARGS, tool_call_id="t", args={"k\ud800": ["\udfff"]}),
+        TargetUpdate(
+            kind=Kind.FAILED,
+            error=DelegationError(code=ErrorCode.REMOTE_FAILED, message="bad \ud800"),
+        ),
+    )
+    for event in events:
+        engine.to_json(event).encode("utf-8")
+    assert state.result is not None
+    engine.to_json(state.result).encode("utf-8")
+    assert shown(events, Kind.TEXT_DELTA) == ["a\ufffd", "b"]
+    assert {e.message_id for e in events if e.kind == Kind.TEXT_DELTA} == {"m\ufffd"}
+    assert state.result.error is not None
+    assert state.result.error.message == "bad \ufffd"
+
+
+def test_lone_surrogates_in_actor_outcomes_and_identity_are_replaced() -> None:
+    identity = DelegationIdentity(
+        run_id="run-1", delegation_id="del-1", agent_key="\ud800", agent_name="n", protocol="p"
+    )
+    state = DelegationState(identity, DelegationPolicy(), clock=lambda: NOW)
+    events = state.note_status("reconnecting", "retry \ud800") + state.cancelled(
+        remote_cancel=RemoteCancel.PENDING, reason="stop \udc00"
+    )
+    for event in events:
+        engine.to_json(event).encode("utf-8")
+    assert state.result is not None
+    engine.to_json(state.result).encode("utf-8")
+    assert {e.agent_key for e in events} == {"\ufffd"}

@@ -103,6 +103,16 @@ def test_wire_harness_fails_when_the_writer_writes_non_json(
         fuzz.fuzz_wire.fuzz_one_input(b'{"kind":"k","run_id":"r"}')
 
 
+def test_wire_harness_fails_when_a_reader_lets_a_lone_surrogate_through(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import engine._wire
+
+    monkeypatch.setattr(engine._wire, "valid_value", lambda value: value)
+    with pytest.raises(AssertionError, match="cannot be UTF-8"):
+        fuzz.fuzz_wire.fuzz_one_input(b'{"kind":"k","run_id":"r","delta":"\\ud800"}')
+
+
 def test_mcp_call_harness_fails_when_a_shortcut_delegates_elsewhere(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of `engine._redact`: which secrets are redacted where, and in streams.
+"""Unit tests of `engine._redact`: which secrets are redacted where, streams, valid Unicode.
 
 Sans-IO: strings in, strings out; the registry's warning is read from the log with caplog.
 """
@@ -10,8 +10,8 @@ import logging
 import pytest
 
 from adapters.inprocess import InProcessTarget
-from engine import REDACTED, AgentSpec, RedactedStream, Redactor, Registry
-from engine._redact import SHORT_SECRET_CHARS
+from engine import REDACTED, AgentSpec, RedactedStream, Redactor, Registry, valid_text, valid_value
+from engine._redact import SHORT_SECRET_CHARS, is_valid_unicode
 
 
 def test_every_configured_secret_is_redacted_however_short() -> None:
@@ -127,6 +127,47 @@ def test_a_short_secret_waits_for_the_character_after_it() -> None:
 def test_a_stream_needs_secrets() -> None:
     with pytest.raises(ValueError, match="needs a redactor with secrets"):
         RedactedStream(Redactor())
+
+
+# -- valid Unicode -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "valid"),
+    [
+        ("plain", "plain"),
+        ("é😀", "é😀"),
+        ("a\ud800b", "a\ufffdb"),
+        ("\udc00", "\ufffd"),
+        ("end\ud83d", "end\ufffd"),
+        ("\ud83d\ude00", "😀"),  # a pair spelled as two code points is the character it spells
+        ("\ude00\ud83d", "\ufffd\ufffd"),
+    ],
+)
+def test_valid_text_replaces_unpaired_surrogates(text: str, valid: str) -> None:
+    assert valid_text(text) == valid
+    valid_text(text).encode("utf-8")
+    assert is_valid_unicode(text) == (text == valid)
+
+
+def test_ascii_and_valid_text_come_back_as_the_same_object() -> None:
+    for text in ("ascii", "é😀"):
+        assert valid_text(text) is text
+
+
+def test_valid_value_repairs_keys_strings_and_models() -> None:
+    from engine import DelegationError
+
+    value = {"\ud800": ["x\udfff", 1, None, {"k": "\ud800"}]}
+    assert valid_value(value) == {"\ufffd": ["x\ufffd", 1, None, {"k": "\ufffd"}]}
+    assert not is_valid_unicode(value)
+    assert is_valid_unicode(valid_value(value))
+    error = valid_value(DelegationError(code="x", message="m\ud800"))
+    assert error.message == "m\ufffd"
+
+
+def test_redaction_applies_to_the_valid_text() -> None:
+    assert Redactor(["secret-token"]).text("\ud800secret-token") == f"\ufffd{REDACTED}"
 
 
 # -- the registry ----------------------------------------------------------------------------

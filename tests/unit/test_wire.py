@@ -129,6 +129,28 @@ def test_malformed_documents_are_typed_errors(document: str) -> None:
         event_from_json(document)
 
 
+@pytest.mark.parametrize(
+    "document",
+    [
+        b'{"kind":"k","run_id":"r","delta":"a\\ud800","raw":{"\\udc00":["\\udbff"]}}',
+        '{"kind":"k","run_id":"r","delta":"a\ud800","raw":{"\udc00":["\udbff"]}}',
+        b'{"kind":"k","run_id":"r","delta":"a\xed\xa0\x80","raw":{"\xed\xb0\x80":["\\udbff"]}}',
+    ],
+    ids=["escaped", "str holding surrogates", "surrogates as UTF-8 bytes"],
+)
+def test_lone_surrogates_are_read_as_replacement_characters(document: str | bytes) -> None:
+    event = event_from_json(document)
+    assert (event.delta, event.raw) == ("a\ufffd", {"\ufffd": ["\ufffd"]})
+    assert event_from_json(to_json(event).encode("utf-8")) == event
+    assert event_from_json('{"kind":"k","run_id":"\\ud83d\\ude00"}').run_id == "😀"
+    result = result_from_json(
+        b'{"delegation_id":"d","agent":"a","remote_protocol":"p","status":"failed",'
+        b'"summary":"\\ud800","error":{"code":"c","message":"\\udbff"}}'
+    )
+    assert result.error is not None
+    assert (result.summary, result.error.message) == ("\ufffd", "\ufffd")
+
+
 def test_oversized_documents_are_refused_before_parsing() -> None:
     with pytest.raises(WireError, match="larger than"):
         result_from_json("x" * (4 * 1024 * 1024 + 1))
