@@ -188,8 +188,10 @@ class _PeerFailureFilter(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.exc_info and _peer_failure(record.exc_info[1]):
-            record.msg = "%s (the peer's connection failed: %r)"
-            record.args = (record.getMessage(), record.exc_info[1])
+            record.msg = (
+                f"{record.getMessage()} (the peer's connection failed: {record.exc_info[1]!r})"
+            )
+            record.args = None
             record.levelno, record.levelname = logging.DEBUG, "DEBUG"
             record.exc_info = record.exc_text = None
             return log.isEnabledFor(logging.DEBUG)

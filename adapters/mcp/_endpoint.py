@@ -103,6 +103,23 @@ _TEARDOWN_ERRORS: Final = (
 )
 #: The SDK's transport, whose error reports of a teardown `_TeardownLogFilter` demotes.
 _SDK_TRANSPORT_LOGGER: Final = "mcp.server.streamable_http"
+#: The SDK's loggers whose lines name session ids (`_SessionIdFilter` masks them).
+_SDK_SESSION_LOGGERS: Final = (_SDK_TRANSPORT_LOGGER, "mcp.server.streamable_http_manager")
+#: An MCP session id as the SDK makes them (uuid4().hex).
+_SESSION_ID: Final = re.compile(r"\b[0-9a-f]{32}\b")
+
+
+class _SessionIdFilter(logging.Filter):
+    """Masks session ids in the SDK's log lines: with a run's token, a session id is what a
+    caller presents to use that session, and a refused attempt with another run's token must
+    not print the id it tried (or the one it guessed right)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = _SESSION_ID.sub("<session>", message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
 
 
 @attrs.define
@@ -270,6 +287,9 @@ class DelegationEndpoint:
         sdk_log = logging.getLogger(_SDK_TRANSPORT_LOGGER)
         teardown_filter = _TeardownLogFilter()
         sdk_log.addFilter(teardown_filter)
+        session_filter = _SessionIdFilter()
+        for name in _SDK_SESSION_LOGGERS:
+            logging.getLogger(name).addFilter(session_filter)
         try:
             async with manager.run(), trio.open_nursery() as nursery:
                 self._manager = manager
@@ -284,6 +304,8 @@ class DelegationEndpoint:
                     nursery.cancel_scope.cancel()
         finally:
             sdk_log.removeFilter(teardown_filter)
+            for name in _SDK_SESSION_LOGGERS:
+                logging.getLogger(name).removeFilter(session_filter)
 
     # -- engine.RunEndpointProvider ----------------------------------------------------------
 

@@ -91,3 +91,61 @@ def test_a_cli_parent_that_is_not_installed_fails_before_listening(
     assert serve_main(str(path)) == 2
     error = capsys.readouterr().err
     assert "host.toml:2: parent.kind: the codex CLI 'codex' is not an executable on PATH" in error
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1"])
+def test_listening_beyond_loopback_without_a_host_token_is_refused(
+    host: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert serve_main(None, host=host) == 2
+    error = capsys.readouterr().err
+    assert f"listening on {host} lets every machine that reaches the port start runs" in error
+    assert "--token-env" in error
+
+
+def test_a_host_token_that_is_unset_or_short_is_refused_before_listening(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HOST_TOKEN", raising=False)
+    path = tmp_path / "host.toml"
+    path.write_text('[server]\ntoken_env = "HOST_TOKEN"\n')
+    assert serve_main(str(path), host="0.0.0.0") == 2
+    assert "host.toml:2: server.token_env: the environment variable 'HOST_TOKEN' is not set" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setenv("HOST_TOKEN", "short")
+    assert serve_main(None, token_env="HOST_TOKEN") == 2
+    assert "must be at least 16 characters" in capsys.readouterr().err
+
+
+def test_serve_with_a_host_token_starts_runs_only_for_who_presents_it(tmp_path: Path) -> None:
+    token = "t" * 12 + "0123456789"
+    with subprocess.Popen(
+        [sys.executable, "-m", "web.cli", "serve", "--port", "0", "--token-env", "SE_HOST_TOKEN"],
+        cwd=REPO,
+        env={**os.environ, "SE_HOST_TOKEN": token},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith("subagent-engine serving on http://127.0.0.1:"), line
+            url = line.split()[3]
+            body = {"messages": [{"id": "1", "role": "user", "content": "hi"}]}
+            refused = httpx.post(f"{url}/runs", json=body, timeout=10)
+            assert refused.status_code == 401
+            started = httpx.post(
+                f"{url}/runs", json=body, timeout=10, headers={"authorization": f"Bearer {token}"}
+            )
+            assert started.status_code == 201
+            output = proc.stdout.readline() + proc.stdout.readline()
+            assert token not in output
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
