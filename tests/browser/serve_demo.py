@@ -1,7 +1,7 @@
 """`subagent-engine serve` on embedded defaults, paced for a browser to watch (tests only).
 
     python -m tests.browser.serve_demo [--pause SECONDS] [--replay-window EVENTS] [--asking]
-                                       [--side-by-side A2A_CARD_URL]
+                                       [--side-by-side A2A_CARD_URL] [--host-token-env NAME]
 
 The same composition as `web.serve` (the two in-process demo agents, the scripted parent over the
 real MCP endpoint, the default wire encoder, the packaged page loaded the way `serve` loads it),
@@ -18,6 +18,9 @@ served in this process on another ephemeral port with the scripted parent and th
 (paced by `--pause`): its run's own delegations, research and review, are subagents of `team`,
 two levels below the page's parent.
 
+`--host-token-env NAME` makes starting a run need the host token held in NAME, as `serve` does with
+`[server] token_env`.
+
 Binds 127.0.0.1 on an ephemeral port, prints `READY <port>` once it listens, and exits when its
 stdin closes.
 """
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -140,7 +144,11 @@ async def composition(
 
 
 async def serve(
-    pause: float, replay_window: int | None, asking: bool, side_by_side: str | None
+    pause: float,
+    replay_window: int | None,
+    asking: bool,
+    side_by_side: str | None,
+    host_token: str | None = None,
 ) -> None:
     page = _page()
     if page is None:
@@ -149,7 +157,7 @@ async def serve(
         composition(pause, replay_window, asking, side_by_side) as (config, agents, parent),
         open_host(config, agents, parent) as (host, _),
     ):
-        app = create_app(host, config, default_encoder_factory(), page=page)
+        app = create_app(host, config, default_encoder_factory(), page=page, host_token=host_token)
         async with serve_app(app, host="127.0.0.1", port=0) as url:
             sys.stdout.write(f"READY {urlsplit(url).port}\n")
             sys.stdout.flush()
@@ -163,8 +171,10 @@ def main() -> None:
     parser.add_argument("--replay-window", type=int, default=None)
     parser.add_argument("--asking", action="store_true")
     parser.add_argument("--side-by-side", metavar="A2A_CARD_URL", default=None)
+    parser.add_argument("--host-token-env", metavar="NAME", default=None)
     args = parser.parse_args()
-    trio.run(serve, args.pause, args.replay_window, args.asking, args.side_by_side)
+    token = os.environ[args.host_token_env] if args.host_token_env else None
+    trio.run(serve, args.pause, args.replay_window, args.asking, args.side_by_side, token)
 
 
 if __name__ == "__main__":

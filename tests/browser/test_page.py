@@ -166,6 +166,19 @@ def ask_server() -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
+HOST_TOKEN = "page-host-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def token_server() -> Iterator[str]:
+    """A page server that starts runs only for who presents its host token."""
+    argv = [sys.executable, "-m", "tests.browser.serve_demo", "--pause", "0"]
+    argv += ["--host-token-env", "PAGE_HOST_TOKEN"]
+    env = {**os.environ, "PAGE_HOST_TOKEN": HOST_TOKEN}
+    with ready_server(argv, cwd=REPO, name="token page server", env=env) as (port, _, _):
+        yield f"http://127.0.0.1:{port}"
+
+
 @pytest.fixture(scope="module")
 def a2a_remote() -> Iterator[str]:
     """`subagent-engine a2a-serve --parent scripted --script research`: its card URL."""
@@ -249,6 +262,7 @@ def watch(
     gap_server: str,
     ask_server: str,
     side_server: str,
+    token_server: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[PageWatch]:
     context = browser.new_context(viewport={"width": 1100, "height": 900})
@@ -257,7 +271,7 @@ def watch(
     shots = tmp_path_factory.mktemp("page-screenshots")
     try:
         origins = {_origin(page_server), _origin(gap_server), _origin(ask_server)}
-        origins.add(_origin(side_server))
+        origins |= {_origin(side_server), _origin(token_server)}
         yield PageWatch(context, origins, shots)
     finally:
         context.close()
@@ -335,6 +349,40 @@ def _after_cursor(cursor: int) -> int:
 
 
 # --- the scenarios: each plays once and returns what the page showed ----------------------------
+
+
+@pytest.fixture(scope="module")
+def host_token(watch: PageWatch, token_server: str) -> dict[str, Any]:
+    """A server that needs its host token: Run without it, then with a wrong one, then the
+    right one typed into the field the page shows; then a tab handed the token in its address."""
+    seen: dict[str, Any] = {}
+    status = "#status-text"
+    with watch.page("host-token") as page:
+        page.goto(f"{token_server}/")
+        seen["field_hidden_at_first"] = page.locator("#host-token").is_hidden()
+        start_run(page)
+        page.wait_for_function("() => document.querySelector('#status').dataset.state === 'failed'")
+        seen["asked"] = page.locator(status).text_content()
+        seen["field_shown"] = page.locator("#host-token").is_visible()
+        page.fill("#host-token", "not-the-token-0123456789")
+        start_run(page)
+        page.wait_for_function(
+            "() => /refused this host token/.test(document.querySelector('#status-text')"
+            ".textContent)"
+        )
+        seen["refused"] = page.locator(status).text_content()
+        page.fill("#host-token", HOST_TOKEN)
+        start_run(page)
+        wait_for_end(page)
+        seen["typed"] = page_state(page)
+        seen["field_hidden_after"] = page.locator("#host-token").is_hidden()
+    with watch.page("host-token-address") as page:
+        page.goto(f"{token_server}/#{urlencode({'host_token': HOST_TOKEN})}")
+        seen["address_after_load"] = page.url
+        start_run(page)
+        wait_for_end(page)
+        seen["handed"] = page_state(page)
+    return seen
 
 
 @pytest.fixture(scope="module")
@@ -781,16 +829,19 @@ def test_the_page_stays_on_its_server_and_logs_no_errors(
     ask_custom: dict[str, Any],
     ask_stop: dict[str, Any],
     side_by_side: dict[str, dict[str, Any]],
+    host_token: dict[str, Any],
 ) -> None:
     # Every scenario above has played (this test asks for each); then what their pages did:
     assert watch.external_requests == []
-    # Chromium logs the stream the drop scenario cuts, and the answer the server refuses (409) in
-    # the ask scenario; nothing else may log an error.
+    # Chromium logs the stream the drop scenario cuts, the answer the server refuses (409) in
+    # the ask scenario and the runs it refuses without the host token (401); nothing else may
+    # log an error.
     errors = [
         (scenario, text)
         for scenario, text in watch.console_errors
         if not (scenario == "drop" and "net::ERR_" in text)
         and not (scenario == "ask" and "the server responded with a status of 409" in text)
+        and not (scenario == "host-token" and "the server responded with a status of 401" in text)
     ]
     assert errors == []
 
@@ -940,6 +991,19 @@ def test_sse_retry_fields_break_nothing_and_set_the_reconnect_delay(
     assert view["transcriptText"] == synthetic["transcriptText"]
     assert view["subagents"] == synthetic["subagents"]
     assert view["page"]["unknown"] == synthetic["page"]["unknown"] == 2
+
+
+def test_a_server_with_a_host_token_asks_for_it_once_and_runs(
+    host_token: dict[str, Any], token_server: str
+) -> None:
+    assert host_token["field_hidden_at_first"]
+    assert "needs its host token" in host_token["asked"] and host_token["field_shown"]
+    assert "refused this host token" in host_token["refused"]
+    assert host_token["typed"]["terminal"] == "finished"
+    assert host_token["field_hidden_after"]
+    # The token handed over in the address is taken and removed from it at once.
+    assert host_token["address_after_load"] == f"{token_server}/"
+    assert host_token["handed"]["terminal"] == "finished"
 
 
 def test_the_viewer_token_is_never_in_the_address(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -26,8 +26,10 @@ def ready_server(
     name: str,
     ready_timeout: float = 20.0,
     stop_timeout: float = 5.0,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[tuple[int, int, str]]:
-    """Start `argv`, wait for its READY line, yield (port, pid, stderr path); always stop it.
+    """Start `argv` (with `env`, default: this process's environment), wait for its READY line,
+    yield (port, pid, stderr path); always stop it.
 
     A server that does not start fails the test with its stderr tail.
     """
@@ -35,6 +37,7 @@ def ready_server(
         proc = subprocess.Popen(
             list(argv),
             cwd=cwd,
+            env=None if env is None else dict(env),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
