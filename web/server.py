@@ -261,6 +261,11 @@ class RunHost:
             )
         return hosted
 
+    def runs_named(self, agui_run_id: str) -> list[HostedRun]:
+        """The hosted runs whose callers named them `agui_run_id` (callers choose these, so
+        several may share one): what ties a caller's AG-UI run id to the runs here."""
+        return [hosted for hosted in self._runs.values() if hosted.agui_run_id == agui_run_id]
+
     def stop(self, hosted: HostedRun, reason: str) -> None:
         if hosted.run is not None and not hosted.ended.is_set():
             hosted.run.cancel(reason)

@@ -314,8 +314,9 @@ async def test_an_engine_as_the_remote_of_another_engine_nests_its_subagents(
                 )
             entries = await journal(eng, run.run_id)
         await agent.target.aclose()  # type: ignore[attr-defined]
-        inner_run = result.remote_task_id
-        assert inner_run is not None
+        assert result.remote_task_id is not None
+        # The inner server runs it under an id of its own; the AG-UI run id names it there.
+        (inner_run,) = [hosted.run_id for hosted in inner_host.runs_named(result.remote_task_id)]
         inner_journal = await journal(inner_host.engine, inner_run)
     assert result.status == Status.COMPLETED, result
     assert "research: completed" in (result.summary or "")
@@ -374,8 +375,8 @@ async def test_cancelling_the_outer_delegation_stops_the_inner_run() -> None:
             result = await handle.wait()
         await agent.target.aclose()  # type: ignore[attr-defined]
         assert result.status == Status.CANCELLED
-        inner_run = result.remote_task_id
-        assert inner_run is not None
+        assert result.remote_task_id is not None
+        (inner_run,) = [hosted.run_id for hosted in inner_host.runs_named(result.remote_task_id)]
         inner = inner_host.engine.journal(inner_run)
         assert inner is not None
         inner_events = []
