@@ -67,6 +67,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import os
 import signal
@@ -713,6 +714,56 @@ _Message = MutableMapping[str, Any]
 _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 
 
+_NO_BODY: Final = object()
+#: Seconds a connection may take to send a whole request head, counted from when it opened or
+#: its last answer ended (uvicorn's own keep-alive timer is cancelled by any byte, so a peer
+#: that sends nothing, or a head a byte at a time, would hold its connection forever).
+HEAD_TIMEOUT: Final = 5.0
+
+
+def _head_deadline_protocol() -> type[Any]:
+    """uvicorn's HTTP/1.1 protocol (h11) with a deadline on every request head."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class HeadDeadlineProtocol(H11Protocol):
+        _head_deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:  # a head arrived (or the peer broke)
+                self._disarm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+                self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            self._head_deadline = self.loop.call_later(HEAD_TIMEOUT, self._head_overdue)
+
+        def _disarm(self) -> None:
+            if self._head_deadline is not None:
+                self._head_deadline.cancel()
+                self._head_deadline = None
+
+        def _head_overdue(self) -> None:
+            self._head_deadline = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.transport.close()
+
+    return HeadDeadlineProtocol
+
+
 class _BoundedJsonBody:
     """Read each request's body before the application does, and refuse what it must not see.
 
@@ -722,8 +773,9 @@ class _BoundedJsonBody:
     before a byte is read, and a body that passes `limit` is refused as soon as it does (413,
     `Connection: close`), so at most `limit` bytes are ever held. A POST, PUT or PATCH body must
     then be one JSON document within `parse_json_body`'s rules (400: not JSON, `NaN`, deeper than
-    `MAX_JSON_DEPTH`). The application receives the body as one message, then the server's own
-    `receive` (a disconnect while it streams its answer)."""
+    `MAX_JSON_DEPTH`). The application receives the checked document (re-encoded, its text valid
+    Unicode) as one message, then the server's own `receive` (a disconnect while it streams its
+    answer)."""
 
     def __init__(self, app: Any, limit: int = MAX_BODY_BYTES) -> None:
         self.app = app
@@ -733,15 +785,20 @@ class _BoundedJsonBody:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        document: Any = _NO_BODY
         try:
             body = await self._read(scope, receive)
             if body and scope["method"] in _BODY_METHODS:
-                parse_json_body(body)
+                document = parse_json_body(body)
         except Refusal as refusal:
             await send_refusal(scope, send, refusal)
             return
         if body is None:
             return  # the client left before its body ended: nobody to answer
+        if document is not _NO_BODY:
+            # What the SDK reads is the checked document, its text valid Unicode: a lone
+            # surrogate escape or invalid UTF-8 it would echo back could not be encoded.
+            body = json.dumps(document, ensure_ascii=False).encode()
         pending: list[_Message] = [{"type": "http.request", "body": body, "more_body": False}]
 
         async def replay() -> _Message:
@@ -869,7 +926,7 @@ async def serve(options: A2AServeOptions, out: TextIO) -> None:
             app,
             log_config=None,
             access_log=False,
-            http="h11",
+            http=_head_deadline_protocol(),
             ws="none",
             lifespan="on",
             timeout_graceful_shutdown=1,

@@ -858,3 +858,91 @@ def test_a_cancel_before_the_thread_runs_cancels_the_run_at_once() -> None:
 
     events = asyncio.run(main())
     assert events[-1].kind == Kind.RUN_CANCELLED and events[-1].text == "cancelled early"
+
+
+def test_text_that_is_not_valid_unicode_reaches_the_sdk_repaired(reply_agent: ServedAgent) -> None:
+    """A lone surrogate escape (which the SDK echoes back in what it answers, and no UTF-8
+    encoder can write) or invalid UTF-8 in a body is answered, not failed: the SDK reads the
+    checked document, its text repaired with U+FFFD."""
+    message = b'{"messageId": "m-%s", "role": "ROLE_USER", "parts": [{"text": "%s"}]%s}'
+    headers = {"Content-Type": "application/json", "A2A-Version": "1.0"}
+    bodies = {
+        "/a2a/rest/message:send": (
+            b'{"message": ' + message % (b"1", b"x", b', "metadata": "\\ud800"') + b"}",
+            b'{"message": ' + message % (b"2", b"\xff", b"") + b"}",
+        ),
+        "/a2a/jsonrpc": (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": {"message": '
+            + message % (b"3", b"\\udc00 hi", b"")
+            + b"}}",
+            b'{"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": {"id": "\xff"}}',
+        ),
+    }
+    for path, cases in bodies.items():
+        for body in cases:
+            response = httpx.post(
+                f"{reply_agent.base_url}{path}", content=body, headers=headers, timeout=30
+            )
+            assert response.status_code < 500, (body, response.text)
+            response.content.decode("utf-8")
+            if path == "/a2a/jsonrpc":
+                error = response.json().get("error") or {}
+                assert error.get("code") != -32603, (body, response.text)  # internal error
+    assert reply_agent.health()["status"] == "ok"
+
+
+def test_a_peer_that_never_finishes_a_request_head_is_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """uvicorn arms its keep-alive timer only after an answer and cancels it on any byte: a
+    peer that sends nothing, half a head, or a head a byte at a time held its connection
+    forever. Every head now has `HEAD_TIMEOUT` seconds, from the connection's start or its
+    last answer."""
+    monkeypatch.setattr("web.a2a_serve.HEAD_TIMEOUT", 0.3)
+
+    async def closed_after(port: int, first: bytes, drip: bytes = b"") -> float:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        begun = time.monotonic()
+        try:
+            writer.write(first)
+            async with asyncio.timeout(10):  # a safety net: the server closes within 0.3 s
+                while True:
+                    if drip:
+                        writer.write(drip)
+                        with contextlib.suppress(TimeoutError):
+                            async with asyncio.timeout(0.05):
+                                if await reader.read(65536) == b"":
+                                    break
+                    elif await reader.read(65536) == b"":
+                        break
+        finally:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+        return time.monotonic() - begun
+
+    async def main() -> list[float]:
+        out = io.StringIO()
+        serving = asyncio.create_task(serve(A2AServeOptions(), out))
+        try:
+            async with asyncio.timeout(20):
+                while not out.getvalue().startswith("READY "):
+                    if serving.done():
+                        await serving
+                    await asyncio.sleep(0.01)  # polled: serve() only writes its READY line
+            port = int(out.getvalue().split()[1])
+            host = f"Host: 127.0.0.1:{port}\r\n".encode()
+            return [
+                await closed_after(port, b""),
+                await closed_after(port, b"GET /healthz HT"),
+                await closed_after(port, b"GET /healthz HTTP/1.1\r\n", drip=b"X"),
+                # An answered request, then nothing: the next head has its deadline too.
+                await closed_after(port, b"GET /healthz HTTP/1.1\r\n" + host + b"\r\n"),
+            ]
+        finally:
+            serving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serving
+
+    waits = asyncio.run(main())
+    assert all(wait < 5 for wait in waits), waits
