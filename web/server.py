@@ -393,7 +393,7 @@ def create_app(
             return error_response(
                 405, "method_not_allowed", "This route does not take that method."
             )
-        if status == 400 and request.path.endswith("/ws"):
+        if status == 400 and not has_websocket_context() and request.path.endswith("/ws"):
             return error_response(400, "websocket_required", "This route is a WebSocket.")
         name = (exc.name or "error").lower().replace(" ", "_")
         return error_response(status, name, exc.description or "The request was refused.")

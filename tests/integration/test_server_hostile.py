@@ -43,6 +43,8 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
     "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
     "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
+    # trio-websocket leaves its socket to the collector when a handshake is rejected.
+    "ignore:Exception ignored in.*socket.socket:pytest.PytestUnraisableExceptionWarning",
 )
 
 RUN_INPUT = {"messages": [{"id": "u1", "role": "user", "content": "How does Trio stream?"}]}
@@ -330,6 +332,18 @@ async def test_odd_requests_get_json_4xx_and_the_server_goes_on() -> None:
         assert (await http.get(f"{base}/healthz")).status_code == 200
         await whole_stream(http, base, run)
         assert host.active_runs == 0
+
+
+async def test_a_websocket_handshake_to_an_http_route_is_refused_not_failed() -> None:
+    async with server() as (base, _, _), httpx.AsyncClient(timeout=30) as http:
+        run = await start(http, base)
+        ws_base = base.replace("http://", "ws://")
+        for path in ("/", "/healthz", "/readyz", f"{run['events_url']}?token=x", "/nowhere"):
+            with pytest.raises(ConnectionRejected) as rejected:
+                async with open_websocket_url(f"{ws_base}{path}"):
+                    pass
+            assert 400 <= rejected.value.status_code < 500, (path, rejected.value.status_code)
+        assert (await http.get(f"{base}/healthz")).status_code == 200
 
 
 async def test_a_resume_at_the_terminal_answers_204_so_event_source_stops() -> None:
