@@ -17,7 +17,7 @@ a variable that is not set is an error at start, not at the first delegation.
                                   # loopback)
     allowed_hosts = []            # host names served beyond IP literals and localhost
     max_active_runs = 32          # more at once get 429 with Retry-After
-    replay_retention_seconds = 300  # a finished run's replay is kept at least this long
+    replay_retention_seconds = 60  # a finished run's replay is kept at least this long
 
     [parent]
     kind = "scripted"             # scripted | claude-code | codex
@@ -153,7 +153,7 @@ class ServerEntry:
     max_active_runs: int = 32
     #: A finished run's replay stays available at least this long: a new run that would push
     #: it out of the engine's retained runs is refused (429) instead. 0: count only.
-    replay_retention_seconds: float = 300.0
+    replay_retention_seconds: float = 60.0
 
 
 @attrs.frozen
@@ -502,7 +502,7 @@ class _Reader:
                     path,
                     "replay_retention_seconds",
                     (int, float),
-                    300.0,
+                    60.0,
                     check=_not_negative,
                 )
             ),

@@ -151,7 +151,7 @@ class RunHost:
         *,
         visibility: str = "attributed",
         max_active_runs: int = 32,
-        replay_retention: float = 300.0,
+        replay_retention: float = 60.0,
         new_run_id: Callable[[str | None], str] | None = None,
     ) -> None:
         self.engine = engine
