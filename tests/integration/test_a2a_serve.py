@@ -566,6 +566,24 @@ def test_a_body_over_the_limit_is_refused_without_reading_it(reply_agent: Served
     assert reply_agent.health()["status"] == "ok"
 
 
+@asynccontextmanager
+async def serving_in_process() -> AsyncIterator[int]:
+    """`serve()` (the scripted parent) in this process's asyncio loop; yields its port."""
+    out = io.StringIO()
+    serving = asyncio.create_task(serve(A2AServeOptions(), out))
+    try:
+        async with asyncio.timeout(20):
+            while not out.getvalue().startswith("READY "):
+                if serving.done():
+                    await serving
+                await asyncio.sleep(0.01)  # polled: serve() only writes its READY line
+        yield int(out.getvalue().split()[1])
+    finally:
+        serving.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+
+
 def test_accepted_connections_send_without_waiting_for_acks() -> None:
     """The server's side of each accepted connection has Nagle's algorithm off (TCP_NODELAY):
     uvicorn writes a response's head and body separately, and with Nagle on the body waits for
@@ -573,15 +591,7 @@ def test_accepted_connections_send_without_waiting_for_acks() -> None:
     `serve()` runs in this process, so its accepted socket can be found among ours."""
 
     async def main() -> int:
-        out = io.StringIO()
-        serving = asyncio.create_task(serve(A2AServeOptions(), out))
-        try:
-            async with asyncio.timeout(20):
-                while not out.getvalue().startswith("READY "):
-                    if serving.done():
-                        await serving
-                    await asyncio.sleep(0.01)  # polled: serve() only writes its READY line
-            port = int(out.getvalue().split()[1])
+        async with serving_in_process() as port:
             reader, writer = await asyncio.open_connection("127.0.0.1", port)
             try:
                 writer.write(f"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
@@ -591,10 +601,6 @@ def test_accepted_connections_send_without_waiting_for_acks() -> None:
             finally:
                 writer.close()
                 await writer.wait_closed()
-        finally:
-            serving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
 
     assert asyncio.run(main()) == 1
 
@@ -922,15 +928,7 @@ def test_a_peer_that_never_finishes_a_request_head_is_dropped(
         return time.monotonic() - begun
 
     async def main() -> list[float]:
-        out = io.StringIO()
-        serving = asyncio.create_task(serve(A2AServeOptions(), out))
-        try:
-            async with asyncio.timeout(20):
-                while not out.getvalue().startswith("READY "):
-                    if serving.done():
-                        await serving
-                    await asyncio.sleep(0.01)  # polled: serve() only writes its READY line
-            port = int(out.getvalue().split()[1])
+        async with serving_in_process() as port:
             host = f"Host: 127.0.0.1:{port}\r\n".encode()
             return [
                 await closed_after(port, b""),
@@ -939,10 +937,6 @@ def test_a_peer_that_never_finishes_a_request_head_is_dropped(
                 # An answered request, then nothing: the next head has its deadline too.
                 await closed_after(port, b"GET /healthz HTTP/1.1\r\n" + host + b"\r\n"),
             ]
-        finally:
-            serving.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await serving
 
     waits = asyncio.run(main())
     assert all(wait < 5 for wait in waits), waits

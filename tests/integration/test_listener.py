@@ -174,33 +174,46 @@ class _SocketLike(trio.abc.Stream):
         self.closed.set()
         await self.inner.aclose()
 
+    @classmethod
+    def pair(cls) -> tuple[_SocketLike, trio.abc.Stream]:
+        """(the server's end, the client's): a send waits until the other end reads it."""
+        server_end, client_end = trio.testing.lockstep_stream_pair()
+        return cls(server_end), client_end
 
-async def test_a_peer_that_stops_reading_is_dropped_after_the_send_timeout(
-    autojump_clock: trio.testing.MockClock,
-) -> None:
+
+def _connection_over(stream: _SocketLike, limits: ListenerLimits) -> _Connection:
+    """One connection of the listener, as `serve_listener` makes it, over `stream`."""
     from hypercorn.trio.worker_context import WorkerContext
     from hypercorn.typing import ConnectionState
     from hypercorn.utils import wrap_app
 
-    server_end, client_end = trio.testing.lockstep_stream_pair()
-    stream = _SocketLike(server_end)
-    limits = ListenerLimits(send_timeout=30.0, keep_alive_timeout=3600)
     config = _hypercorn_config(limits)
     connection = _Connection(
         wrap_app(app, config.wsgi_max_body_size, "asgi"),
         config,
         WorkerContext(None),
         ConnectionState({}),
-        stream,
+        stream,  # type: ignore[arg-type]
     )
     connection.send_timeout = limits.send_timeout
+    return connection
+
+
+async def test_a_peer_that_stops_reading_is_dropped_after_the_send_timeout(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    stream, client_end = _SocketLike.pair()
+    connection = _connection_over(
+        stream, ListenerLimits(send_timeout=30.0, keep_alive_timeout=3600)
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.run)
         await client_end.send_all(b"GET /stream HTTP/1.1\r\nHost: x\r\n\r\n")
         first = await client_end.receive_some(1024)  # then the client reads no more
         assert first.startswith(b"HTTP/1.1 200")
         started = trio.current_time()
-        await stream.closed.wait()
+        with trio.fail_after(120):  # without a deadline on sends, never
+            await stream.closed.wait()
         assert 30.0 <= trio.current_time() - started < 31.0
     # The whole connection ended (the nursery exited): its app task and its socket.
 
@@ -208,20 +221,9 @@ async def test_a_peer_that_stops_reading_is_dropped_after_the_send_timeout(
 async def test_a_peer_that_reads_slowly_but_steadily_is_kept(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    from hypercorn.trio.worker_context import WorkerContext
-    from hypercorn.typing import ConnectionState
-    from hypercorn.utils import wrap_app
-
-    server_end, client_end = trio.testing.lockstep_stream_pair()
-    stream = _SocketLike(server_end)
-    limits = ListenerLimits(send_timeout=30.0, keep_alive_timeout=3600)
-    config = _hypercorn_config(limits)
-    connection = _Connection(
-        wrap_app(app, config.wsgi_max_body_size, "asgi"),
-        config,
-        WorkerContext(None),
-        ConnectionState({}),
-        stream,
+    stream, client_end = _SocketLike.pair()
+    connection = _connection_over(
+        stream, ListenerLimits(send_timeout=30.0, keep_alive_timeout=3600)
     )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(connection.run)
