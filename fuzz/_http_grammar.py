@@ -550,9 +550,10 @@ def _json_body(rng: random.Random, route: Route, surface: Surface, allow_runs: b
 
 
 def _no_run(body: bytes) -> bytes:
-    """A body that cannot start a run: anything but a JSON object is refused (400)."""
+    """A body that cannot start a run: anything but a JSON object is refused (400). Read as
+    the server reads it: invalid UTF-8 becomes U+FFFD rather than a refusal."""
     try:
-        document = json.loads(body)
+        document = json.loads(body.decode("utf-8", "replace"))
     except (ValueError, RecursionError):
         return body
     return b"[" + body + b"]" if isinstance(document, dict) else body

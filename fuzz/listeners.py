@@ -65,6 +65,7 @@ import secrets
 import selectors
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -285,7 +286,9 @@ class ListenerReport:
             f" unanswered within {ANSWER_TIMEOUT:g} s {len(self.unanswered)}",
             f"  RSS {self.rss_before / mib:.1f} -> {self.rss_after / mib:.1f} MiB (peak "
             f"{self.rss_peak / mib:.1f}, bound +{RSS_BOUND // mib}); descriptors "
-            f"{self.fds_before} -> {self.fds_after} ({self.fd_kinds})",
+            f"{self.fds_before} -> {self.fds_after} ({self.fd_kinds})"
+            if self.rss_after
+            else f"  RSS {self.rss_before / mib:.1f} MiB before; not measured after (see below)",
             f"  silent mid-head: {_counts(self.silent_head)}; silent mid-body (not judged): "
             f"{_counts(self.silent_body)}; runs started by inputs {self.runs_started}",
             f"  server stderr: {self.stderr_bytes} bytes "
@@ -409,7 +412,8 @@ class Child:
 @contextlib.contextmanager
 def started(name: str, args: Sequence[str], env: dict[str, str]) -> Iterator[Child]:
     """Start `python -m web.cli ARGS` from the repository root in its own process group, stdin
-    a pipe; on exit SIGTERM its group, SIGKILL it after `STOP_GRACE`."""
+    a pipe, stderr a temporary file; on exit SIGTERM its group, SIGKILL it after `STOP_GRACE`,
+    and remove the file (the report has kept what it needs of it)."""
     stderr_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 (kept past the block on purpose)
         prefix=f"fuzz-{name}-", suffix=".stderr", delete=False
     )
@@ -428,6 +432,7 @@ def started(name: str, args: Sequence[str], env: dict[str, str]) -> Iterator[Chi
         yield Child(name, proc, Path(stderr_file.name))
     finally:
         stop(proc)
+        Path(stderr_file.name).unlink(missing_ok=True)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
@@ -448,8 +453,9 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 
 
 def read_stdout_until(child: Child, pattern: re.Pattern[str], timeout: float) -> re.Match[str]:
-    """The first match of `pattern` in the child's stdout (read line by line), or RuntimeError
-    with its stderr if it exits or says nothing matching within `timeout` (a safety net)."""
+    """The first match of `pattern` in what the child has written to its stdout, or
+    RuntimeError with its stderr if it exits or writes no match within `timeout` (a safety
+    net: a server that starts says so in a few seconds)."""
     assert child.proc.stdout is not None
     fd = child.proc.stdout.fileno()
     deadline = time.monotonic() + timeout
@@ -493,8 +499,6 @@ class Outcome:
     reader: AnswerReader
     closed: bool = False  # the server closed (EOF or reset)
     quiet: bool = False  # reading stopped on a quiet timeout
-    send_failed: bool = False
-    dropped_after: float | None = None  # silent probes: seconds until the server closed
     #: Set once the server sent anything or closed.
     heard: trio.Event = field(default_factory=trio.Event)
     #: Set once the server switched protocols (101, or an HTTP/2 reply to the preface).
@@ -510,7 +514,8 @@ async def _receive(stream: trio.SocketStream) -> bytes:
 
 def _reset(stream: trio.SocketStream) -> None:
     with contextlib.suppress(OSError):
-        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00" * 2)
+        # l_onoff 1, l_linger 0: close() sends RST instead of FIN.
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
 
 
 async def exchange(port: int, probe: Probe) -> Outcome:
@@ -546,7 +551,7 @@ async def exchange(port: int, probe: Probe) -> Outcome:
                         await outcome.upgraded.wait()
                         await stream.send_all(probe.after_upgrade)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    outcome.send_failed = True
+                    pass  # the server closed first; what it sent is still read
 
             nursery.start_soon(send)
             await _read_answers(stream, probe, outcome)
@@ -586,22 +591,18 @@ async def _read_answers(stream: trio.SocketStream, probe: Probe, outcome: Outcom
 
 
 async def silent(port: int, probe: Probe, hold: float) -> Outcome:
-    """Send `probe`'s bytes, then nothing: how long until the server closes (within `hold`)?"""
+    """Send `probe`'s bytes, then nothing: does the server close within `hold` seconds?"""
     outcome = Outcome(AnswerReader(probe.methods))
-    started_at = trio.current_time()
     stream = await trio.open_tcp_stream("127.0.0.1", port)
     async with stream:
-        try:
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
             for write in probe.writes:
                 await stream.send_all(write)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            outcome.send_failed = True
         with trio.move_on_after(hold):
             while data := await _receive(stream):
                 outcome.reader.feed(data)
             outcome.closed = True
             outcome.reader.close()
-            outcome.dropped_after = trio.current_time() - started_at
     return outcome
 
 
@@ -644,7 +645,11 @@ async def start_run(client: httpx.AsyncClient, base: str) -> tuple[str, str, lis
 
     started = await client.post(f"{base}/runs", content=run_input_body(), headers=_JSON)
     if started.status_code != 201:
-        return "", "", [f"POST /runs answered {started.status_code}: {started.text[:300]}"]
+        ready = (await client.get(f"{base}/readyz")).text[:200]
+        problem = (
+            f"POST /runs answered {started.status_code}: {started.text[:300]} (/readyz: {ready})"
+        )
+        return "", "", [problem]
     run = started.json()
     events = await client.get(f"{base}{run['events_url']}?token={run['viewer_token']}")
     problems = []
@@ -739,9 +744,8 @@ class Session:
             report.seconds = trio.current_time() - started_at
             if self.dead:
                 silent_nursery.cancel_scope.cancel()
-        if self.dead:
-            return report
-        await self._final_checks()
+        if not self.dead:
+            await self._final_checks()
         report.tracebacks = child.tracebacks(stderr_start)
         written = child.stderr(stderr_start)
         report.stderr_bytes = len(written.encode(errors="replace"))
@@ -894,8 +898,9 @@ class Session:
             f"it exited with {code} with {len(in_flight)} inputs in flight (listed below); "
             f"its stderr ends:\n{self.target.child.stderr()[-3000:]}",
         )
-        for origin, probe in in_flight:
-            self.report.fail("the process stays alive", "in flight", origin, probe)
+        for origin, probe in in_flight:  # each shown: any of them may be the cause
+            detail = f"in flight when it died: {origin.describe()}"
+            self.report.fail("the process stays alive", detail, origin, probe)
 
     async def _watch(self, scope: trio.CancelScope) -> None:
         """After every batch (each `HEALTH_INTERVAL`): alive, and answering a fresh request."""
