@@ -19,9 +19,9 @@ AG-UI parser and checker.
 
 Invariants, and what each protects:
 
-- The process stays alive and answers a fresh `/healthz` (MCP: a request for an unknown run)
-  within `HEALTH_TIMEOUT`, checked every `HEALTH_INTERVAL`: one peer's bytes must never end or
-  wedge the service for everyone else.
+- The process stays alive and answers a fresh request (serve: `/healthz`; MCP: an unknown
+  run's path; a2a-serve: its card) within `HEALTH_TIMEOUT`, checked every `HEALTH_INTERVAL`:
+  one peer's bytes must never end or wedge the service for everyone else.
 - No answer is a server error: a 5xx status line (every response of a pipeline, and the
   `:status` of HTTP/2 after h2c or the preface), a WebSocket close 1011 (RFC 6455 section
   7.4.1) or serve's 45xx close codes (a route's 5xx after the handshake), an HTTP/2
@@ -1089,7 +1089,9 @@ async def _fuzz_a2a_serve(child: Child, options: FuzzOptions, token: str) -> lis
             bearer=token,
             tasks=(task_id,),
         )
-        health = _health_request(port, "/healthz")
+        # Its card, not /healthz: reading /healthz prunes the finished tasks' parent threads
+        # (`parent_threads`), which a liveness request each second must not do for the server.
+        health = _health_request(port, "/.well-known/agent-card.json")
         target = Target("a2a-serve", child, surface, health, frozenset({200}), works)
         return [await Session(target, options).run()]
 
