@@ -608,6 +608,9 @@ class ParentAgentExecutor(AgentExecutor):
         )
         served = _ServedTask(thread, ParentTaskMapper(task_id, context_id, clock=time.time))
         self._tasks[task_id] = served
+        # Threads still stopping after an unconfirmed cancel are kept (and joined at shutdown)
+        # until they end; the ended are forgotten here and below, each holding its run.
+        self._threads = {other for other in self._threads if other.alive}
         self._threads.add(thread)
         try:
             thread.start()
@@ -620,6 +623,8 @@ class ParentAgentExecutor(AgentExecutor):
                 # Cancelled (CancelTask, or the server stopping) or failed: the run must stop.
                 thread.release(CANCEL_REASON)
             self._tasks.pop(task_id, None)
+            if not thread.alive:
+                self._threads.discard(thread)
 
     async def _relay(self, served: _ServedTask, event_queue: EventQueue) -> None:
         """Map the run's events into the task until its terminal update is enqueued."""
@@ -715,10 +720,54 @@ _BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 
 
 _NO_BODY: Final = object()
+#: Seconds a request may take to send its whole body (as Quart's `BODY_TIMEOUT` for `serve`).
+BODY_TIMEOUT: Final = 60.0
 #: Seconds a connection may take to send a whole request head, counted from when it opened or
 #: its last answer ended (uvicorn's own keep-alive timer is cancelled by any byte, so a peer
 #: that sends nothing, or a head a byte at a time, would hold its connection forever).
 HEAD_TIMEOUT: Final = 5.0
+
+
+#: The SDK's lines about a request it refused (the caller has its JSON-RPC or HTTP error): at
+#: error level, with a traceback and the whole offending document, one per bad request.
+_SDK_REFUSAL_LINES: Final = (
+    ("a2a.server.routes.jsonrpc_dispatcher", "Failed to validate base JSON-RPC request"),
+    ("a2a.server.routes.jsonrpc_dispatcher", "Failed to parse request params"),
+    ("a2a.utils.error_handlers", "Parse error"),
+)
+#: The longest log line a2a-serve lets the SDK print.
+MAX_LOG_LINE: Final = 2000
+
+
+class _CallerErrorLogFilter(logging.Filter):
+    """Demotes the SDK's reports of a request it refused to one debug line, and cuts any of
+    its lines to `MAX_LOG_LINE` characters: a caller must not be able to write the log."""
+
+    def __init__(self, prefixes: Sequence[str]) -> None:
+        super().__init__()
+        self.prefixes = tuple(prefixes)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if self.prefixes and message.startswith(self.prefixes):
+            if not log.isEnabledFor(logging.DEBUG):
+                return False
+            record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+            record.exc_info = record.exc_text = None
+        if len(message) > MAX_LOG_LINE:
+            record.msg, record.args = message[:MAX_LOG_LINE] + " [...]", None
+        return True
+
+
+def quiet_sdk_refusals() -> None:
+    """Install `_CallerErrorLogFilter` on the SDK's loggers (once per process)."""
+    prefixes: dict[str, list[str]] = {}
+    for name, prefix in _SDK_REFUSAL_LINES:
+        prefixes.setdefault(name, []).append(prefix)
+    for name in ("a2a.server.routes.rest_dispatcher", *prefixes):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, _CallerErrorLogFilter) for f in logger.filters):
+            logger.addFilter(_CallerErrorLogFilter(prefixes.get(name, ())))
 
 
 def _head_deadline_protocol() -> type[Any]:
@@ -815,17 +864,26 @@ class _BoundedJsonBody:
             raise self._too_large()
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                raise self._too_large()
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
+        try:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                while True:
+                    message = await receive()
+                    if message["type"] != "http.request":
+                        return None
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > self.limit:
+                        raise self._too_large()
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        return b"".join(chunks)
+        except TimeoutError:
+            raise Refusal(
+                408,
+                "body_timeout",
+                f"The request body did not arrive within {BODY_TIMEOUT:g} s.",
+                headers=[("connection", "close")],
+            ) from None
 
     def _too_large(self) -> Refusal:
         # The rest of the body is never read, so the connection cannot carry another request.
@@ -922,6 +980,7 @@ async def serve(options: A2AServeOptions, out: TextIO) -> None:
         base_url = (options.public_url or f"http://{host}:{port}").rstrip("/")
         executor = ParentAgentExecutor(options, parent_factory(options))
         app, _ = build_app(options, base_url, executor)
+        quiet_sdk_refusals()
         config = uvicorn.Config(
             app,
             log_config=None,

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
+import re
 import select
 import signal
 import socket
@@ -940,3 +942,114 @@ def test_a_peer_that_never_finishes_a_request_head_is_dropped(
 
     waits = asyncio.run(main())
     assert all(wait < 5 for wait in waits), waits
+
+
+def test_finished_tasks_leave_nothing_behind_in_the_executor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each task's run thread holds its whole run; the executor forgets it once it ended (it
+    was forgotten only when someone read /healthz)."""
+    import web.a2a_serve as a2a_serve
+
+    executors: list[a2a_serve.ParentAgentExecutor] = []
+
+    class Recorded(a2a_serve.ParentAgentExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            executors.append(self)
+            self.executed = 0
+            self.all_executed = asyncio.Event()
+
+        async def execute(self, *args: Any, **kwargs: Any) -> None:
+            try:
+                await super().execute(*args, **kwargs)
+            finally:
+                self.executed += 1
+                if self.executed == 5:
+                    self.all_executed.set()
+
+    monkeypatch.setattr(a2a_serve, "ParentAgentExecutor", Recorded)
+
+    async def main() -> None:
+        async with serving_in_process() as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                for n in range(5):
+                    body = json.dumps(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": n,
+                            "method": "SendMessage",
+                            "params": {
+                                "message": {
+                                    "messageId": f"m-{n}",
+                                    "role": "ROLE_USER",
+                                    "parts": [{"text": "hi"}],
+                                }
+                            },
+                        }
+                    ).encode()
+                    writer.write(
+                        f"POST /a2a/jsonrpc HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                        f"Content-Type: application/json\r\nA2A-Version: 1.0\r\n"
+                        f"Content-Length: {len(body)}\r\n\r\n".encode()
+                        + body
+                    )
+                    head = await reader.readuntil(b"\r\n\r\n")
+                    assert head.startswith(b"HTTP/1.1 200 "), head
+                    length = int(re.search(rb"(?i)content-length: (\d+)", head)[1])  # type: ignore[index]
+                    answer = json.loads(await reader.readexactly(length))
+                    assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED"
+            finally:
+                writer.close()
+                await writer.wait_closed()
+            (executor,) = executors
+            async with asyncio.timeout(10):
+                await executor.all_executed.wait()
+            assert executor._threads == set()  # all five stayed, holding their runs
+
+    asyncio.run(main())
+
+
+def test_a_body_that_never_arrives_is_answered_408(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("web.a2a_serve.BODY_TIMEOUT", 0.3)
+
+    async def main() -> bytes:
+        async with serving_in_process() as port:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            try:
+                writer.write(
+                    f"POST /a2a/jsonrpc HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                    "Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{".encode()
+                )
+                async with asyncio.timeout(10):
+                    return await reader.read(4096)
+            finally:
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
+
+    answer = asyncio.run(main())
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b"body_timeout" in answer
+
+
+def test_a_refused_request_costs_the_log_one_short_line_at_most(
+    reply_agent: ServedAgent,
+) -> None:
+    """The SDK logged each invalid JSON-RPC request at error level with a traceback and the
+    whole document (189 KB for one of 20,000 keys): the caller wrote the log."""
+    junk = json.dumps({f"k{n}": n for n in range(20_000)}).encode()
+    before = Path(reply_agent.stderr_path).stat().st_size
+    for _ in range(5):
+        response = httpx.post(
+            f"{reply_agent.base_url}/a2a/jsonrpc",
+            content=junk,
+            headers={"Content-Type": "application/json", "A2A-Version": "1.0"},
+            timeout=10,
+        )
+        assert response.status_code == 200 and response.json()["error"]["code"] != -32603
+    assert reply_agent.health()["status"] == "ok"
+    written = Path(reply_agent.stderr_path).read_bytes()[before:]
+    assert len(written) < 5 * 2_100, written[:500]
+    assert b"Traceback" not in written
