@@ -1,7 +1,9 @@
-"""The run-scoped MCP endpoint (000 §7 option A): `delegate_to_agent` over Streamable HTTP.
+"""The run-scoped MCP endpoint: `delegate_to_agent` over Streamable HTTP, one path per run.
 
-This module owns the I/O side of the MCP tool: one listener on 127.0.0.1, served by Hypercorn's
-Trio worker, with the official `mcp` server (a stateful `StreamableHTTPSessionManager` over a
+This module owns the I/O side of the MCP tool: one listener on 127.0.0.1, served by the hardened
+listener (`adapters.listener`: Hypercorn's Trio worker, each connection's failure kept to
+itself, behind the request guard, which refuses web pages, rebinding host names and
+WebSockets), with the official `mcp` server (a stateful `StreamableHTTPSessionManager` over a
 low-level `Server`), and the actor work of one tool call: start the delegation in the caller's
 run, report MCP progress while it is blocked, return the structured result.
 
@@ -84,8 +86,8 @@ __all__ = ["DelegationEndpoint", "EndpointSettings"]
 
 log = logging.getLogger(__name__)
 
-#: The MCP protocol's ceiling on how long parent CLIs tolerate a silent call is about 10 s or
-#: more (FACTS.md); progress is sent at least this often.
+#: Parent CLIs have been seen to give up on a tool call that is silent for about 10 s or more
+#: (an idle watchdog); progress is sent at least this often.
 MAX_HEARTBEAT_INTERVAL: Final = 10.0
 #: Request bodies above this get HTTP 413 from the transport. It is above the tool contract's
 #: 1 MiB so that an oversized `delegate_to_agent` argument gets a structured tool error.
