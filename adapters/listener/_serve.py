@@ -21,7 +21,10 @@ lets one peer hurt the process or other peers:
 - Accepting degrades instead of storming. Out of file descriptors, Trio's loop logs a traceback
   every 0.1 s; here it backs off (up to a second) and logs one line per `LOG_INTERVAL`.
   At most `max_connections` connections are open at once (never more than half the process's
-  descriptor limit); beyond that the kernel's backlog holds new ones until a slot frees.
+  descriptor limit); when all are taken and another peer waits, the connection idle longest
+  (no request in progress) is closed to make room, so peers that open sockets and send nothing
+  cannot keep others out; when none is idle, the kernel's backlog holds new ones until a
+  slot frees.
 
 Idle connections (before the first request and between requests) are closed after
 `keep_alive_timeout`, so a peer that opens sockets and sends nothing, or a request header slowly,
@@ -42,7 +45,7 @@ import attrs
 import h11
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Closed, Event, RawData
+from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
@@ -120,11 +123,16 @@ class _RateLimitedLog:
 
 
 class _Connection(TCPServer):
-    """Hypercorn's connection with a shielded close and a deadline on every send."""
+    """Hypercorn's connection with a shielded close, a deadline on every send, and a record of
+    since when it has been idle (no request in progress), so it can be shed under pressure."""
 
     send_timeout: float = 30.0
+    #: `trio.current_time()` since when no request is in progress; None while one is.
+    idle_since: float | None = None
 
     async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated):
+            self.idle_since = trio.current_time() if event.idle else None
         if not isinstance(event, RawData):
             await super().protocol_send(event)
             return
@@ -146,6 +154,13 @@ class _Connection(TCPServer):
         if stalled:
             await self._close()
             await self.protocol.handle(Closed())
+
+    async def shed(self) -> None:
+        """Close this connection if it is still idle: as its keep-alive timeout would."""
+        if self.idle_since is not None:
+            with trio.CancelScope(shield=True):
+                await self.idle_task.stop()  # else it holds the connection's task group open
+                await self._initiate_server_close()
 
     async def _close(self) -> None:
         with trio.CancelScope(shield=True):
@@ -250,16 +265,20 @@ async def serve_listener(
     failed = _RateLimitedLog(logging.WARNING)
     exhausted = _RateLimitedLog(logging.WARNING)
 
+    open_connections: set[_Connection] = set()
+
     async def connection(stream: trio.SocketStream) -> None:
+        server = _Connection(
+            wrapped,
+            config,
+            context,
+            ConnectionState(state.copy()),
+            stream,  # type: ignore[arg-type]
+        )
+        server.send_timeout = limits.send_timeout
+        server.idle_since = trio.current_time()  # no request yet
+        open_connections.add(server)
         try:
-            server = _Connection(
-                wrapped,
-                config,
-                context,
-                ConnectionState(state.copy()),
-                stream,  # type: ignore[arg-type]
-            )
-            server.send_timeout = limits.send_timeout
             await server.run()
         except* Exception as group:
             # Contained: this peer's connection ends, nothing else does.
@@ -269,7 +288,13 @@ async def serve_listener(
             with trio.CancelScope(shield=True):
                 await stream.aclose()
         finally:
+            open_connections.discard(server)
             slots.release()
+
+    def shed_idlest(nursery: trio.Nursery) -> None:
+        idle = [c for c in open_connections if c.idle_since is not None]
+        if idle:
+            nursery.start_soon(min(idle, key=lambda c: c.idle_since or 0.0).shed)
 
     try:
         async with trio.open_nursery() as lifespan_nursery:
@@ -285,6 +310,7 @@ async def serve_listener(
                                 lambda stream: connections.start_soon(connection, stream),
                                 slots,
                                 exhausted,
+                                lambda: shed_idlest(connections),
                             )
                         task_status.started(binds)
                         await trio.sleep_forever()
@@ -304,13 +330,21 @@ async def accept_connections(
     start: Callable[[Any], object],
     slots: trio.Semaphore,
     exhausted: Callable[..., None],
+    shed: Callable[[], None] = lambda: None,
 ) -> None:
     """Accept forever: take a slot, accept, `start(stream)` (whose task releases the slot when
-    its connection ends). When the process is out of descriptors or memory for sockets, back
-    off (doubling up to `_MAX_ACCEPT_BACKOFF`) and tell `exhausted` (a rate-limited log), then
-    try again; any other accept error ends the listener."""
+    its connection ends). With every slot taken and a peer waiting to be accepted, `shed()`
+    closes the longest-idle connection (no request in progress) to make room: a peer that
+    opens connections and sends nothing holds slots only while nobody else needs them. When
+    the process is out of descriptors or memory for sockets, back off (doubling up to
+    `_MAX_ACCEPT_BACKOFF`) and tell `exhausted` (a rate-limited log), then try again; any other
+    accept error ends the listener."""
     backoff = _MIN_ACCEPT_BACKOFF
+    waiting = getattr(listener, "socket", None)
     while True:
+        if slots.value == 0 and waiting is not None:
+            await trio.lowlevel.wait_readable(waiting)  # a peer waits in the backlog
+            shed()
         await slots.acquire()
         try:
             stream = await listener.accept()

@@ -137,6 +137,30 @@ async def test_a_connection_that_sends_nothing_is_closed_when_idle() -> None:
         nursery.cancel_scope.cancel()
 
 
+async def test_idle_connections_make_room_when_every_slot_is_taken() -> None:
+    # Idle connections would stay an hour: only shedding lets the last peer in.
+    limits = ListenerLimits(max_connections=3, keep_alive_timeout=3600)
+    async with trio.open_nursery() as nursery:
+        port = await listening(nursery, limits)
+        silent = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(3)]
+        # One of them asked and got its answer: kept alive, idle again.
+        await silent[0].send_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert (await silent[0].receive_some(4096)).startswith(b"HTTP/1.1 200")
+        for _ in range(3):
+            with trio.fail_after(10):
+                answer = await exchange(
+                    port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                )
+            assert answer.startswith(b"HTTP/1.1 200")
+        # The three were shed, longest idle first; each learns it by its end of stream.
+        for stream in silent:
+            with trio.fail_after(10):
+                while await stream.receive_some(4096):
+                    pass
+            await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
 class _Stub:
     """What Hypercorn reads of a socket: its family and both addresses."""
 
