@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import os
@@ -107,16 +106,16 @@ from adapters.a2a._serve_mapping import A2AUpdate, ParentTaskMapper
 from adapters.listener import (
     Refusal,
     RequestGuard,
-    bearer_token,
     header_values,
     is_ip_literal,
     is_loopback,
     parse_json_body,
+    require_bearer,
     send_refusal,
 )
 from adapters.parents import Delegate, Say, ScriptedParent, Think
 from engine import DelegationEvent, Engine, Run
-from web.config import MIN_HOST_TOKEN_CHARS, ConfigError, HostConfig, load_config, parse_config
+from web.config import ConfigError, HostConfig, load_config, parse_config, weak_token
 
 if TYPE_CHECKING:
     from web.server import ParentAgent
@@ -694,21 +693,17 @@ class _BearerAuth:
 
     def __init__(self, app: Any, token: str) -> None:
         self.app = app
-        self._expected = token.encode()
+        self._expected = token
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "http" and scope["path"] not in self.OPEN_PATHS:
             try:
-                presented = bearer_token(
-                    header_values(scope.get("headers") or (), b"authorization")
+                require_bearer(
+                    header_values(scope.get("headers") or (), b"authorization"),
+                    self._expected,
+                    message="This agent needs its bearer token.",
+                    realm="subagent-engine a2a-serve",
                 )
-                if presented is None or not hmac.compare_digest(presented.encode(), self._expected):
-                    raise Refusal(
-                        401,
-                        "unauthorized",
-                        "This agent needs its bearer token.",
-                        headers=[("www-authenticate", 'Bearer realm="subagent-engine a2a-serve"')],
-                    )
             except Refusal as refusal:
                 await send_refusal(scope, send, refusal)
                 return
@@ -1110,21 +1105,8 @@ def _token_problem(token_env: str | None, token: str | None, host: str) -> str |
         )
     if not token:
         return f"{token_env} (--token-env) is not set"
-    if len(token) < MIN_HOST_TOKEN_CHARS or not _presentable(token):
-        return (
-            f"the token in {token_env} (--token-env) must be at least {MIN_HOST_TOKEN_CHARS} "
-            "characters of A-Z a-z 0-9 - . _ ~ + / (e.g. python -c 'import secrets; "
-            "print(secrets.token_urlsafe(32))')"
-        )
-    return None
-
-
-def _presentable(token: str) -> bool:
-    """Whether a client can present `token`: the bearer parser reads it back unchanged."""
-    try:
-        return bearer_token([b"Bearer " + token.encode("ascii")]) == token
-    except (UnicodeEncodeError, Refusal):
-        return False
+    weak = weak_token(token)
+    return f"the token in {token_env} (--token-env) {weak}" if weak else None
 
 
 def _stopped(signum: int, frame: Any) -> None:

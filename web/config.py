@@ -59,6 +59,7 @@ import attrs
 
 from adapters.a2a import A2AAgentConfig, A2ATarget
 from adapters.agui import AguiAgentConfig, AguiTarget
+from adapters.listener import is_bearer_credential
 from adapters.parents import (
     ClaudeCodeConfig,
     ClaudeCodeParent,
@@ -85,8 +86,19 @@ PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
 PROTOCOLS: Final = ("a2a", "agui")
 #: The shortest host token accepted: a guessable token is no token.
 MIN_HOST_TOKEN_CHARS: Final = 16
-#: RFC 6750 section 2.1: what a bearer credential is made of.
-_TOKEN68: Final = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+def weak_token(value: str) -> str | None:
+    """Why `value` cannot be a token that guards a listener (too short, or not something a
+    client can send as a bearer credential), or None when it can."""
+    if len(value) >= MIN_HOST_TOKEN_CHARS and is_bearer_credential(value):
+        return None
+    return (
+        f"must be at least {MIN_HOST_TOKEN_CHARS} characters of A-Z a-z 0-9 - . _ ~ + / "
+        "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+    )
+
+
 #: Settings that belong to one protocol only (an A2A agent is found by its card, an AG-UI
 #: agent is an endpoint URL).
 _ONLY_FOR: Final = {"card_url": "a2a", "url": "agui", "stop_url": "agui"}
@@ -230,12 +242,8 @@ class HostConfig:
         path = ("server", "token_env")
         if not value:
             problem = f"the environment variable {name!r} is not set"
-        elif len(value) < MIN_HOST_TOKEN_CHARS or not _TOKEN68.fullmatch(value):
-            problem = (
-                f"the host token in {name!r} must be at least {MIN_HOST_TOKEN_CHARS} characters "
-                "of A-Z a-z 0-9 - . _ ~ + / (e.g. python -c 'import secrets; "
-                "print(secrets.token_urlsafe(32))')"
-            )
+        elif weak := weak_token(value):
+            problem = f"the host token in {name!r} {weak}"
         else:
             return value
         raise ConfigError(self.source, _line_of(self._lines, path), _dotted(path), problem)

@@ -43,7 +43,7 @@ def _parent_factory(config: HostConfig) -> Callable[[], ParentAgent]:
     return config.parent_factory()
 
 
-async def _serve(config: HostConfig, out: TextIO) -> None:
+async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> None:
     agents = config.agent_specs() if config.agents else demo_agents()
     parent = _parent_factory(config)
     async with open_host(config, agents, parent) as (run_host, endpoint):
@@ -52,7 +52,7 @@ async def _serve(config: HostConfig, out: TextIO) -> None:
             config,
             default_encoder_factory(),
             page=_page(),
-            host_token=config.host_token(),
+            host_token=host_token,
         )
         bind_host, bind_port = config.server.host, config.server.port
         async with serve_app(app, host=bind_host, port=bind_port) as url:
@@ -107,11 +107,11 @@ def serve_main(
         _parent_factory(config)
         if config.agents:
             config.agent_specs()  # credentials are checked before anything listens
-        check_exposure(config)
+        host_token = check_exposure(config)
     except ConfigError as exc:
         print(f"subagent-engine serve: {exc}", file=sys.stderr)
         return 2
-    trio.run(_serve, config, sys.stdout)
+    trio.run(_serve, config, host_token, sys.stdout)
     return 0
 
 

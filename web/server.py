@@ -70,6 +70,7 @@ from adapters.listener import (
     bearer_token,
     parse_cursor,
     parse_json_body,
+    require_bearer,
     serve_listener,
 )
 from engine import DelegationError, Engine, JournalEntry, Run, RunJournal, Subscription
@@ -271,10 +272,15 @@ class RunHost:
             hosted.run.cancel(reason)
 
 
+def _authorization(headers: Any) -> list[bytes]:
+    """Every `Authorization` value of a Quart request's or WebSocket's headers."""
+    return [value.encode("latin-1") for value in headers.getlist("authorization")]
+
+
 def _viewer_token(headers: Any, args: Any, *, query: bool) -> str | None:
     """The viewer token of a request: `Authorization: Bearer`, or with `query` (the stream
     routes, for `EventSource` and browsers' WebSocket, which cannot send headers) `?token=`."""
-    token = bearer_token([value.encode("latin-1") for value in headers.getlist("authorization")])
+    token = bearer_token(_authorization(headers))
     if token is None and query:
         value = args.get("token")
         token = str(value) if value is not None else None
@@ -421,17 +427,12 @@ def create_app(
         return response
 
     def require_host_token() -> None:
-        if host_token is None:
-            return
-        presented = bearer_token(
-            [value.encode("latin-1") for value in request.headers.getlist("authorization")]
-        )
-        if presented is None or not hmac.compare_digest(presented.encode(), host_token.encode()):
-            raise HttpError(
-                401,
-                "unauthorized",
-                "Starting a run needs the server's host token: 'Authorization: Bearer <token>'.",
-                headers=[("www-authenticate", 'Bearer realm="subagent-engine"')],
+        if host_token is not None:
+            require_bearer(
+                _authorization(request.headers),
+                host_token,
+                message="Starting a run needs the server's host token: "
+                "'Authorization: Bearer <token>'.",
             )
 
     async def read_json() -> Any:

@@ -1,6 +1,7 @@
 """The HTTP edge every listener of ours shares: request rules, the request guard, the server.
 
-- `_rules` (sans-IO): `Host`, `Origin`, single-valued headers, the bearer credential parser,
+- `_rules` (sans-IO): `Host`, `Origin`, single-valued headers, the bearer credential parser and
+  check,
   JSON bodies (media type, depth, numbers, text) and stream cursors; a broken rule is a
   `Refusal` (status, error, message).
 - `_guard`: `RequestGuard`, ASGI middleware that applies the rules to every request before the
@@ -22,11 +23,13 @@ from adapters.listener._rules import (
     check_origin,
     check_single_valued,
     header_values,
+    is_bearer_credential,
     is_ip_literal,
     is_json_media_type,
     is_loopback,
     parse_cursor,
     parse_json_body,
+    require_bearer,
 )
 from adapters.listener._serve import ListenerLimits, serve_listener
 
@@ -41,11 +44,13 @@ __all__ = [
     "check_origin",
     "check_single_valued",
     "header_values",
+    "is_bearer_credential",
     "is_ip_literal",
     "is_json_media_type",
     "is_loopback",
     "parse_cursor",
     "parse_json_body",
+    "require_bearer",
     "send_refusal",
     "serve_listener",
 ]

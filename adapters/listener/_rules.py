@@ -18,6 +18,7 @@ program, not a page, and passes; a page's request passes when its origin is the 
 
 from __future__ import annotations
 
+import hmac
 import ipaddress
 import json
 import re
@@ -34,11 +35,13 @@ __all__ = [
     "check_origin",
     "check_single_valued",
     "header_values",
+    "is_bearer_credential",
     "is_ip_literal",
     "is_json_media_type",
     "is_loopback",
     "parse_cursor",
     "parse_json_body",
+    "require_bearer",
 ]
 
 #: Headers a request may carry once (RFC 9110 section 5.3: a field that is not a list must not
@@ -59,6 +62,8 @@ _CURSOR: Final = re.compile(r"[0-9]{1,18}")
 #: RFC 6750 section 2.1: the characters of a bearer credential (token68).
 _TOKEN68: Final = re.compile(rb"[A-Za-z0-9\-._~+/]+=*")
 _LONE_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+#: The realm a refusal's `WWW-Authenticate` names (RFC 6750 section 3).
+REALM: Final = "subagent-engine"
 _HOST: Final = re.compile(r"^(\[[0-9A-Fa-f:.]+\]|[^:\[\]]+)(?::([0-9]{1,5}))?$")
 
 
@@ -180,7 +185,7 @@ def check_origin(
     )
 
 
-def bearer_token(values: Sequence[bytes]) -> str | None:
+def bearer_token(values: Sequence[bytes], *, realm: str = REALM) -> str | None:
     """The credential of an `Authorization: Bearer <token>` header (the scheme in any case,
     RFC 9110 section 11.1), given every value of the header; None without one. A repeated
     header, another scheme or a malformed credential is refused (400 / 401)."""
@@ -195,9 +200,29 @@ def bearer_token(values: Sequence[bytes]) -> str | None:
             401,
             "bad_authorization",
             "The Authorization header must be 'Bearer <token>'.",
-            headers=[("www-authenticate", 'Bearer realm="subagent-engine"')],
+            headers=[("www-authenticate", f'Bearer realm="{realm}"')],
         )
     return credential.decode("ascii")
+
+
+def require_bearer(
+    values: Sequence[bytes], expected: str, *, message: str, realm: str = REALM
+) -> None:
+    """Refuse (401, `unauthorized`, with `message`) a request whose bearer credential is not
+    `expected`, compared in constant time; `values` as for `bearer_token`."""
+    presented = bearer_token(values, realm=realm)
+    if presented is None or not hmac.compare_digest(presented.encode(), expected.encode()):
+        raise Refusal(
+            401,
+            "unauthorized",
+            message,
+            headers=[("www-authenticate", f'Bearer realm="{realm}"')],
+        )
+
+
+def is_bearer_credential(value: str) -> bool:
+    """Whether `value` can travel as a bearer credential (RFC 6750 section 2.1, token68)."""
+    return value.isascii() and _TOKEN68.fullmatch(value.encode()) is not None
 
 
 def is_json_media_type(value: bytes | None) -> bool:

@@ -15,10 +15,12 @@ from adapters.listener import (
     check_host,
     check_origin,
     check_single_valued,
+    is_bearer_credential,
     is_json_media_type,
     is_loopback,
     parse_cursor,
     parse_json_body,
+    require_bearer,
 )
 
 
@@ -205,3 +207,21 @@ def test_anything_but_ascii_digits_is_a_bad_cursor(value: str) -> None:
     assert (found.status, found.error) == (400, "bad_cursor")
     found = refusal(parse_cursor, value.encode("utf-8"))
     assert found.error == "bad_cursor"
+
+
+def test_require_bearer_takes_only_the_expected_credential() -> None:
+    require_bearer([b"bearer tok-0123456789abcdef"], "tok-0123456789abcdef", message="m")
+    for values in ([], [b"Bearer other-0123456789ab"]):
+        found = refusal(require_bearer, values, "tok-0123456789abcdef", message="who are you")
+        assert (found.status, found.error, found.message) == (401, "unauthorized", "who are you")
+        assert dict(found.headers)["www-authenticate"] == 'Bearer realm="subagent-engine"'
+    found = refusal(require_bearer, [b"Basic x"], "tok", message="m", realm="a2a")
+    assert dict(found.headers)["www-authenticate"] == 'Bearer realm="a2a"'
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("abc-DEF_1.~+/==", True), ("a b", False), ("t\u00f6ken", False), ("", False), ("=a", False)],
+)
+def test_what_can_travel_as_a_bearer_credential(value: str, expected: bool) -> None:
+    assert is_bearer_credential(value) is expected
