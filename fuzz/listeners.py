@@ -162,7 +162,7 @@ HUGE_AT_ONCE: Final = 2
 SILENT_AT_ONCE: Final = 24
 #: Runs that inputs may start on serve (then bodies to run routes are never JSON objects):
 #: with the harness's own runs, well under `max_active_runs` (32) and the 64 runs whose replay
-#: the engine keeps for 300 s, beyond which a new run is refused with 429.
+#: the engine keeps for `replay_retention_seconds`, beyond which a new run is refused with 429.
 RUN_BUDGET: Final = 20
 #: Runs the surface keeps (the newest), the harness's own and those inputs started.
 LEARNED_RUNS: Final = 8

@@ -104,6 +104,7 @@ from a2a.utils.errors import UnsupportedOperationError
 
 from adapters.a2a._serve_mapping import A2AUpdate, ParentTaskMapper
 from adapters.listener import (
+    BODY_METHODS,
     Refusal,
     RequestGuard,
     header_values,
@@ -711,7 +712,6 @@ class _BearerAuth:
 
 
 _Message = MutableMapping[str, Any]
-_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 
 
 _NO_BODY: Final = object()
@@ -832,7 +832,7 @@ class _BoundedJsonBody:
         document: Any = _NO_BODY
         try:
             body = await self._read(scope, receive)
-            if body and scope["method"] in _BODY_METHODS:
+            if body and scope["method"] in BODY_METHODS:
                 document = parse_json_body(body)
         except Refusal as refusal:
             await send_refusal(scope, send, refusal)

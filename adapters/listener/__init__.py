@@ -14,7 +14,7 @@ The bundled server, the MCP endpoint and `a2a-serve` (whose uvicorn runs the sam
 through this package, so a rule fixed here is fixed on every listener.
 """
 
-from adapters.listener._guard import SECURITY_HEADERS, RequestGuard, send_refusal
+from adapters.listener._guard import BODY_METHODS, SECURITY_HEADERS, RequestGuard, send_refusal
 from adapters.listener._rules import (
     MAX_JSON_DEPTH,
     Refusal,
@@ -34,6 +34,7 @@ from adapters.listener._rules import (
 from adapters.listener._serve import ListenerLimits, serve_listener
 
 __all__ = [
+    "BODY_METHODS",
     "MAX_JSON_DEPTH",
     "SECURITY_HEADERS",
     "ListenerLimits",

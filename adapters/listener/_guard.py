@@ -24,7 +24,7 @@ from adapters.listener._rules import (
     is_json_media_type,
 )
 
-__all__ = ["SECURITY_HEADERS", "RequestGuard", "send_refusal"]
+__all__ = ["BODY_METHODS", "SECURITY_HEADERS", "RequestGuard", "send_refusal"]
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -38,7 +38,8 @@ SECURITY_HEADERS: Final = (
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
 )
-_BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
+#: The methods whose requests carry a body the application reads.
+BODY_METHODS: Final = frozenset({"POST", "PUT", "PATCH"})
 
 
 async def send_refusal(scope: Scope, send: Send, refusal: Refusal) -> None:
@@ -123,7 +124,7 @@ class RequestGuard:
         check_host(host, self.allowed_hosts)
         origin = next(iter(header_values(headers, b"origin")), None)
         check_origin(origin, host, self.allowed_origins)
-        if self.json_only and scope.get("method") in _BODY_METHODS and _has_body(headers):
+        if self.json_only and scope.get("method") in BODY_METHODS and _has_body(headers):
             content_type = next(iter(header_values(headers, b"content-type")), None)
             if not is_json_media_type(content_type):
                 raise Refusal(
