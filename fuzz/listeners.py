@@ -411,13 +411,13 @@ class Child:
 
 @contextlib.contextmanager
 def started(name: str, args: Sequence[str], env: dict[str, str]) -> Iterator[Child]:
-    """Start `python -m web.cli ARGS` from the repository root in its own process group, stdin
+    """Start `python -m cli ARGS` from the repository root in its own process group, stdin
     a pipe, stderr a temporary file; on exit SIGTERM its group, SIGKILL it after `STOP_GRACE`,
     and remove the file (the report has kept what it needs of it)."""
     stderr_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 (kept past the block on purpose)
         prefix=f"fuzz-{name}-", suffix=".stderr", delete=False
     )
-    command = [sys.executable, "-c", _LAUNCH, str(os.getpid()), "-m", "web.cli", *args]
+    command = [sys.executable, "-c", _LAUNCH, str(os.getpid()), "-m", "cli", *args]
     proc = subprocess.Popen(
         command,
         cwd=REPO,

@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.servers.process import ready_server
+from tests.helpers.processes import ready_server
 
-# --- fault-injecting a2a-sdk server (tests/servers/a2a_faulty.py) -------------------------------
+# --- fault-injecting a2a-sdk server (tools/peers/a2a_faulty.py) -------------------------------
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _FAULTY_READY_TIMEOUT = 20.0
@@ -22,7 +22,7 @@ _FAULTY_STOP_TIMEOUT = 5.0
 
 @dataclass
 class A2AFaultyServer:
-    """A running `python -m tests.servers.a2a_faulty` (scenarios: see that module's docstring).
+    """A running `python -m tools.peers.a2a_faulty` (scenarios: see that module's docstring).
 
     One agent per scenario under `/agents/<scenario>/`; `log()` returns what the agents recorded,
     `{scenario: {"messages"|"cancels"|"subscribes"|"get_tasks"|"cuts"|"auth_rejections": [...]}}`.
@@ -68,7 +68,7 @@ class A2AFaultyServer:
 @pytest.fixture(scope="session")
 def a2a_server() -> Iterator[A2AFaultyServer]:
     """The fault-injecting a2a-sdk server, one process (own process group) for the session."""
-    argv = [sys.executable, "-m", "tests.servers.a2a_faulty", "--port", "0", "--watch-stdin"]
+    argv = [sys.executable, "-m", "tools.peers.a2a_faulty", "--port", "0", "--watch-stdin"]
     with ready_server(
         argv,
         cwd=REPO_ROOT,

@@ -4,7 +4,7 @@
 (`AgentSpec(key=..., protocol="a2a", target=..., secrets=config.secrets)`). The translation is
 sans-IO (`_mapping`, `_card`); `_target` holds the I/O (a2a-sdk client under Trio). The served
 side, a parent run shown as an A2A task (`subagent-engine a2a-serve`), is `_serve_mapping`
-(`ParentTaskMapper`, sans-IO); its I/O lives in `web.a2a_serve`.
+(`ParentTaskMapper`, sans-IO); its I/O, the A2A server, is `adapters.a2a.serving`.
 """
 
 from adapters.a2a._card import CardInfo, card_fingerprint, validate_card

@@ -5,6 +5,7 @@ output parsers are sans-IO (`ClaudeStreamParser`, `CodexJsonlParser`), the proce
 driven by one module (`adapters.parents._process`) for both.
 """
 
+from adapters.parents._agent import ParentAgent
 from adapters.parents._claude_code import (
     ClaudeCodeConfig,
     ClaudeCodeParent,
@@ -46,6 +47,7 @@ __all__ = [
     "CodexJsonlParser",
     "CodexParent",
     "Delegate",
+    "ParentAgent",
     "ParentEvent",
     "ParentOutcome",
     "ParentProcessError",

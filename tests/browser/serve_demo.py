@@ -3,7 +3,7 @@
     python -m tests.browser.serve_demo [--pause SECONDS] [--replay-window EVENTS] [--asking]
                                        [--side-by-side A2A_CARD_URL] [--host-token-env NAME]
 
-The same composition as `web.serve` (the two in-process demo agents, the scripted parent over the
+The same composition as `cli.serve` (the two in-process demo agents, the scripted parent over the
 real MCP endpoint, the default wire encoder, the packaged page loaded the way `serve` loads it),
 except that the demo agents pause `--pause` seconds between chunks so that a run lasts long
 enough to click Stop or force a reconnect in the middle of it, and `--replay-window` can shrink
@@ -39,10 +39,10 @@ import trio
 
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import Answer, Delegate, Say, ScriptedParent
+from demo import demo_agents
 from engine import AgentSpec, DelegationPolicy, InputRequiredMode
 from web.config import HostConfig, parse_config
-from web.demo import demo_agents
-from web.serve import _page
+from web.page import bundled_page
 from web.server import ParentAgent, create_app, default_encoder_factory, open_host, serve_app
 
 QUESTION = "Which year?"
@@ -150,7 +150,7 @@ async def serve(
     side_by_side: str | None,
     host_token: str | None = None,
 ) -> None:
-    page = _page()
+    page = bundled_page()
     if page is None:
         raise SystemExit("web/static/index.html is not packaged with the web package")
     async with (

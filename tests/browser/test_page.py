@@ -53,11 +53,11 @@ from playwright.sync_api import (
 )
 
 from adapters.parents import Say
+from demo import BUILTIN_REMOTES
 from tests.browser.cutting_proxy import CuttingProxy
 from tests.browser.serve_demo import BEFORE_ASKING, QUESTION, SOLO_NAME, TEAM_NAME
-from tests.servers.process import ready_server
-from web.demo import BUILTIN_REMOTES
-from web.serve import _page
+from tests.helpers.processes import ready_server
+from web.page import bundled_page
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -182,7 +182,7 @@ def token_server() -> Iterator[str]:
 @pytest.fixture(scope="module")
 def a2a_remote() -> Iterator[str]:
     """`subagent-engine a2a-serve --parent scripted --script research`: its card URL."""
-    argv = [sys.executable, "-m", "web.cli", "a2a-serve", "--parent", "scripted"]
+    argv = [sys.executable, "-m", "cli", "a2a-serve", "--parent", "scripted"]
     argv += ["--script", A2A_SCRIPT, "--name", "Scripted researcher"]
     argv += ["--host", "127.0.0.1", "--port", "0", "--watch-stdin"]
     with ready_server(argv, cwd=REPO, name="a2a-serve") as (port, _, _):
@@ -791,7 +791,7 @@ def assert_the_whole_run_once(view: dict[str, Any]) -> None:
 def test_the_page_is_package_data_and_served_at_root(page_server: str) -> None:
     resource = files("web").joinpath("static/index.html")
     assert resource.is_file()
-    assert _page() == resource.read_bytes()
+    assert bundled_page() == resource.read_bytes()
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     patterns = pyproject["tool"]["setuptools"]["package-data"]["web"]
     assert any(fnmatch.fnmatch("static/index.html", pattern) for pattern in patterns)

@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.helpers.processes import ready_server
 from tests.node_packages import ensure_npm_packages
-from tests.servers.process import ready_server
 
-# --- @a2a-js/sdk server (tests/servers/a2a_js) -------------------------------------------------
+# --- @a2a-js/sdk server (tools/peers/a2a_js) -------------------------------------------------
 
-A2A_JS_DIR = Path(__file__).resolve().parent.parent / "servers" / "a2a_js"
+A2A_JS_DIR = Path(__file__).resolve().parents[2] / "tools" / "peers" / "a2a_js"
 A2A_JS_SCENARIOS = ("stream", "fail", "hang")
 _A2A_JS_READY_TIMEOUT = 20.0
 _A2A_JS_STOP_TIMEOUT = 5.0
@@ -141,7 +141,7 @@ def a2a_js_server() -> Iterator[A2AJsServer]:
             server._http.close()
 
 
-# --- the agent CLIs and their scripted model (tests/cli_agents, tests/servers/scripted_model) --
+# --- the agent CLIs and their scripted model (tests/cli_agents, tools/peers/scripted_model) --
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CLI_DIR = REPO_ROOT / "tests" / "cli_agents"
@@ -151,7 +151,7 @@ CODEX_MODEL = "scripted-model"  # not a known model: Codex would hide MCP tools 
 
 @dataclass
 class ScriptedModel:
-    """A running `python -m tests.servers.scripted_model` (see its docstring for the script)."""
+    """A running `python -m tools.peers.scripted_model` (see its docstring for the script)."""
 
     base_url: str
     _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
@@ -179,7 +179,7 @@ def cli_bin() -> Path:
 
 @pytest.fixture(scope="module")
 def scripted_model() -> Iterator[ScriptedModel]:
-    argv = [sys.executable, "-m", "tests.servers.scripted_model", "--port", "0", "--watch-stdin"]
+    argv = [sys.executable, "-m", "tools.peers.scripted_model", "--port", "0", "--watch-stdin"]
     with ready_server(argv, cwd=REPO_ROOT, name="scripted_model") as (port, _, _):
         model = ScriptedModel(base_url=f"http://127.0.0.1:{port}")
         try:

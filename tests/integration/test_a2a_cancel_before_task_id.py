@@ -26,7 +26,7 @@ from engine import (
     RemoteCancel,
     Status,
 )
-from tests.servers.raw_a2a import RawScenario, serve_raw_a2a, task_frame
+from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, task_frame
 
 
 class _HoldingStream(httpcore.AsyncNetworkStream):

@@ -1,8 +1,8 @@
 """Delegations to real A2A servers through the whole engine (000 §19 scenarios 1-4, 6, 8; §21).
 
-Remote side: `tests/servers/a2a_faulty.py` (the official a2a-sdk server in its own asyncio
+Remote side: `tools/peers/a2a_faulty.py` (the official a2a-sdk server in its own asyncio
 process; each scenario an agent) and, for wire cases that server cannot produce, the raw server
-in `tests/servers/raw_a2a.py`. Assertions are on what the engine journaled and returned *and*
+in `tools/peers/raw_a2a.py`. Assertions are on what the engine journaled and returned *and*
 on what the remote recorded (e.g. that CancelTask arrived with the tenant).
 """
 
@@ -28,7 +28,7 @@ from engine import (
     Status,
     to_json,
 )
-from tests.servers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
+from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
 
 TOKEN = "test-token"
 

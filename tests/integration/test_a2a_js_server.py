@@ -1,6 +1,6 @@
 """The a2a-sdk Python client against a second A2A implementation: @a2a-js/sdk on Node.
 
-Proves the JS test server (tests/servers/a2a_js/server.mjs) behaves as the engine tests expect:
+Proves the JS test server (tools/peers/a2a_js/server.mjs) behaves as the engine tests expect:
 the card resolves, `stream` streams the assistant-output artifact and completes, `fail` fails,
 and cancelling a `hang` task is confirmed and recorded server-side with its tenant and metadata.
 """

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from adapters.a2a import A2AAgentConfig, A2ATarget
 from engine import AgentSpec, DelegationRequest, Engine, to_json
-from tests.servers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
+from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
 
 SECRET = "SKLIVEQWERTYUIOP"  # uppercase only: the filler alphabet below cannot form it by chance
 filler = st.text(alphabet="abcdefgh -:", max_size=12)

@@ -1,6 +1,6 @@
 """`subagent-engine a2a-serve`: a parent agent served as an A2A 1.0 agent, used by an engine.
 
-The server runs as a child process (`python -m web.cli a2a-serve --watch-stdin ...`, READY line,
+The server runs as a child process (`python -m cli a2a-serve --watch-stdin ...`, READY line,
 own process group), with the scripted parent: `--script reply` answers at once, `--script slow`
 streams for about 15 s (for cancelling mid-stream). The client side is the engine's real
 `A2ATarget` (adapters/a2a) and, for GetTask / SubscribeToTask / CancelTask on each binding, the
@@ -48,6 +48,13 @@ from a2a.types import (
 from a2a.utils.errors import UnsupportedOperationError
 
 from adapters.a2a import A2AAgentConfig, A2ATarget, validate_card
+from adapters.a2a.serving import (
+    MAX_BATCHES_IN_FLIGHT,
+    MAX_BODY_BYTES,
+    ParentRunThread,
+    serve,
+)
+from cli.a2a_serve import A2AServeOptions
 from engine import (
     AgentSpec,
     DelegationRequest,
@@ -58,16 +65,9 @@ from engine import (
     RemoteCancel,
     Status,
 )
+from tests.helpers.processes import ready_server
 from tests.node_packages import ensure_npm_packages
-from tests.servers.process import ready_server
-from web._child_process import read_ready_port, stop_process_group
-from web.a2a_serve import (
-    MAX_BATCHES_IN_FLIGHT,
-    MAX_BODY_BYTES,
-    A2AServeOptions,
-    ParentRunThread,
-    serve,
-)
+from tools.peers._child_process import read_ready_port, stop_process_group
 
 pytestmark = pytest.mark.filterwarnings(
     # The a2a-sdk JSON-RPC client raises a stream's error (SubscribeToTask on a finished task)
@@ -121,7 +121,7 @@ class ServedAgent:
 
 
 def a2a_serve_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "web.cli", "a2a-serve", "--port", "0", "--watch-stdin", *args]
+    return [sys.executable, "-m", "cli", "a2a-serve", "--port", "0", "--watch-stdin", *args]
 
 
 @contextmanager
@@ -572,7 +572,7 @@ def test_a_body_over_the_limit_is_refused_without_reading_it(reply_agent: Served
 async def serving_in_process() -> AsyncIterator[int]:
     """`serve()` (the scripted parent) in this process's asyncio loop; yields its port."""
     out = io.StringIO()
-    serving = asyncio.create_task(serve(A2AServeOptions(), out))
+    serving = asyncio.create_task(serve(A2AServeOptions().served(), out))
     try:
         async with asyncio.timeout(20):
             while not out.getvalue().startswith("READY "):
@@ -695,7 +695,7 @@ def codex_binary() -> Path:
 
 @pytest.fixture(scope="module")
 def model_url() -> Iterator[str]:
-    argv = [sys.executable, "-m", "tests.servers.scripted_model", "--port", "0", "--watch-stdin"]
+    argv = [sys.executable, "-m", "tools.peers.scripted_model", "--port", "0", "--watch-stdin"]
     with ready_server(argv, cwd=REPO, name="scripted_model") as (port, _, _):
         yield f"http://127.0.0.1:{port}"
 
@@ -833,7 +833,7 @@ async def _drain(thread: ParentRunThread, slow: float) -> tuple[list[Any], int]:
 def _bridge(parent: Any) -> ParentRunThread:
     return ParentRunThread(
         name="a2a-serve-task-test",
-        options=A2AServeOptions(),
+        options=A2AServeOptions().served(),
         parent=parent,
         prompt="p",
         metadata={},
@@ -906,7 +906,7 @@ def test_a_peer_that_never_finishes_a_request_head_is_dropped(
     peer that sends nothing, half a head, or a head a byte at a time held its connection
     forever. Every head now has `HEAD_TIMEOUT` seconds, from the connection's start or its
     last answer."""
-    monkeypatch.setattr("web.a2a_serve.HEAD_TIMEOUT", 0.3)
+    monkeypatch.setattr("adapters.a2a.serving.HEAD_TIMEOUT", 0.3)
 
     async def closed_after(port: int, first: bytes, drip: bytes = b"") -> float:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -949,7 +949,7 @@ def test_finished_tasks_leave_nothing_behind_in_the_executor(
 ) -> None:
     """Each task's run thread holds its whole run; the executor forgets it once it ended (it
     was forgotten only when someone read /healthz)."""
-    import web.a2a_serve as a2a_serve
+    import adapters.a2a.serving as a2a_serve
 
     executors: list[a2a_serve.ParentAgentExecutor] = []
 
@@ -1012,7 +1012,7 @@ def test_finished_tasks_leave_nothing_behind_in_the_executor(
 
 
 def test_a_body_that_never_arrives_is_answered_408(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("web.a2a_serve.BODY_TIMEOUT", 0.3)
+    monkeypatch.setattr("adapters.a2a.serving.BODY_TIMEOUT", 0.3)
 
     async def main() -> bytes:
         async with serving_in_process() as port:

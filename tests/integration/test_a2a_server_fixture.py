@@ -1,4 +1,4 @@
-"""The fault-injecting a2a-sdk server (tests/servers/a2a_faulty.py), checked with the real client.
+"""The fault-injecting a2a-sdk server (tools/peers/a2a_faulty.py), checked with the real client.
 
 These tests pin the server's behaviour per scenario so that the engine's A2A tests can rely on
 it. They use the a2a-sdk client under Trio and leave streams by cancel scope, never by `break`.

@@ -1,6 +1,6 @@
 """Nested subagents of a remote AG-UI agent, against real servers on 127.0.0.1 (issue 7).
 
-Two remotes: `tests/servers/agui_app.py` (the official `ag-ui-protocol` encoder, its own process)
+Two remotes: `tools/peers/agui_app.py` (the official `ag-ui-protocol` encoder, its own process)
 streaming subagents two levels deep and a subagent that pauses on an interrupt and is continued;
 and this project's own bundled server (`web/`: the scripted parent delegating over MCP to the
 in-process demo agents), served as the remote AG-UI agent of an outer engine: an engine run as a
@@ -31,6 +31,7 @@ from adapters.agui import (
     parse_sse,
 )
 from adapters.parents import ScriptedParent
+from demo import demo_agents
 from engine import (
     AgentSpec,
     DelegationPolicy,
@@ -42,10 +43,9 @@ from engine import (
     Status,
 )
 from tests.conftest import REPO_ROOT
+from tests.helpers.processes import ready_server
 from tests.node_packages import ensure_npm_packages, run_node_json_lines
-from tests.servers.process import ready_server
 from web.config import parse_config
-from web.demo import demo_agents
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
 pytestmark = pytest.mark.filterwarnings(
@@ -60,7 +60,7 @@ PARENT_CALL = "toolu_outer"
 
 @pytest.fixture(scope="module")
 def agui_base() -> Iterator[str]:
-    argv = [sys.executable, "-m", "tests.servers.agui_app", "--port", "0", "--watch-stdin"]
+    argv = [sys.executable, "-m", "tools.peers.agui_app", "--port", "0", "--watch-stdin"]
     with ready_server(argv, cwd=REPO_ROOT, name="agui_app") as (port, _pid, _stderr):
         yield f"http://127.0.0.1:{port}"
 

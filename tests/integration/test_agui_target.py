@@ -1,7 +1,7 @@
 """Delegations to a real remote AG-UI agent through the whole engine (issue 7; nesting in depth:
 test_agui_nesting.py).
 
-Remote side: `tests/servers/agui_app.py`, an AG-UI agent written with the official
+Remote side: `tools/peers/agui_app.py`, an AG-UI agent written with the official
 `ag-ui-protocol` encoder on Starlette/uvicorn in its own process; each scenario a path.
 Assertions are on what the engine journaled and returned *and* on what the remote recorded (the
 `RunAgentInput` it received, the stop call on cancel, the resume payload on answer).
@@ -48,7 +48,7 @@ from engine import (
     to_json,
 )
 from tests.conftest import REPO_ROOT
-from tests.servers.process import ready_server
+from tests.helpers.processes import ready_server
 
 TOKEN = "test-token"
 
@@ -83,7 +83,7 @@ class AguiServer:
 
 @pytest.fixture(scope="module")
 def agui_server() -> Iterator[AguiServer]:
-    argv = [sys.executable, "-m", "tests.servers.agui_app", "--port", "0", "--watch-stdin"]
+    argv = [sys.executable, "-m", "tools.peers.agui_app", "--port", "0", "--watch-stdin"]
     with ready_server(argv, cwd=REPO_ROOT, name="agui_app") as (port, _pid, _stderr):
         server = AguiServer(base_url=f"http://127.0.0.1:{port}")
         try:

@@ -27,9 +27,9 @@ import pytest
 import trio
 
 from adapters.parents import ScriptedParent
+from demo import demo_agents
 from tests.node_packages import ensure_npm_packages, run_node_json_lines
 from web.config import parse_config
-from web.demo import demo_agents
 from web.server import VISIBILITY_MODES, create_app, default_encoder_factory, open_host, serve_app
 
 # The scripted parent's MCP client (httpx2's SSE) leaves generators to the collector on close.

@@ -3,7 +3,7 @@
 Each test opens a run on an Engine with the MCP endpoint provider and an in-process `research`
 agent, starts the pinned CLI binary (tests/cli_agents, `npm ci`) the way FACTS.md "Local agent
 CLIs" describes (stdin from /dev/null, a throwaway HOME / CODEX_HOME, the model base URL pointed
-at `tests.servers.scripted_model`, the run's MCP endpoint and token in the CLI's MCP config)
+at `tools.peers.scripted_model`, the run's MCP endpoint and token in the CLI's MCP config)
 and checks what the CLI and the engine saw: the CLI called `delegate_to_agent`, the delegation's
 journal events carry the CLI's own tool-call id, the CLI exits 0 and its final text quotes the
 result. SIGINT while the tool call is in flight must end the delegation as cancelled.
@@ -50,7 +50,7 @@ CLIS = ("claude", "codex")
 HANG = "[hang]"
 
 
-# --- the scripted model endpoint (tests/servers/scripted_model.py) ------------------------------
+# --- the scripted model endpoint (tools/peers/scripted_model.py) ------------------------------
 
 
 # --- launching a CLI ------------------------------------------------------------------------------

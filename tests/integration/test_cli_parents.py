@@ -1,7 +1,7 @@
 """The bundled server with a real CLI as every run's parent, configured as a host would.
 
 `[parent] kind = "claude-code"` / `"codex"` in the host TOML (`HostConfig.parent_factory`), the
-pinned binaries of tests/cli_agents, the scripted model of tests/servers/scripted_model.py on
+pinned binaries of tests/cli_agents, the scripted model of tools/peers/scripted_model.py on
 loopback and the two in-process demo agents: a viewer POSTs a prompt to `/agui` and reads the
 run's AG-UI stream. The stream must show the CLI's own text and its `delegate_to_agent` call, the
 subagent under that call (announced after the call's arguments ended, finished before the call's
@@ -23,10 +23,10 @@ import trio
 
 from adapters.agui import check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
+from demo import demo_agents
 from engine import AgentSpec
 from tests.integration.conftest import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 from web.config import ConfigError, parse_config
-from web.demo import demo_agents
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
 pytestmark = pytest.mark.filterwarnings(

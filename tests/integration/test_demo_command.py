@@ -1,6 +1,6 @@
 """`subagent-engine demo` as a newcomer runs it: the page, a parent and remote A2A subagents.
 
-The command runs as a child process (`python -m web.cli demo --port 0`, own process group), as a
+The command runs as a child process (`python -m cli demo --port 0`, own process group), as a
 user starts it. It prints the page's URL and, per remote agent, the pid of its a2a-serve process.
 A viewer starts a run (`POST /runs`) and reads its AG-UI stream: each subagent is announced with
 `protocol: a2a` in its metadata (it really went over A2A to another process), streams, finishes,
@@ -30,8 +30,8 @@ import httpx
 import pytest
 
 from adapters.agui import check_frames, parse_sse
+from demo import REMOTE_TOKEN_ENV
 from tests.integration.conftest import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
-from web.demo import REMOTE_TOKEN_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 90.0  # two a2a-serve processes and the server import on a busy 2-core machine
@@ -81,7 +81,7 @@ def running_demo(*args: str, env: Mapping[str, str] | None = None) -> Iterator[R
     """`demo --port 0 ARGS` until it announced everything; killed (group) if the test fails."""
     with tempfile.NamedTemporaryFile(prefix="demo-", suffix=".stderr") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "web.cli", "demo", "--port", "0", *args],
+            [sys.executable, "-m", "cli", "demo", "--port", "0", *args],
             cwd=REPO,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -235,7 +235,7 @@ def test_the_default_demo_delegates_to_two_a2a_remotes_and_stops_on_sigint() -> 
 
 def test_parent_claude_without_the_cli_on_path_exits_2(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "web.cli", "demo", "--parent", "claude"],
+        [sys.executable, "-m", "cli", "demo", "--parent", "claude"],
         cwd=REPO,
         capture_output=True,
         text=True,

@@ -3,7 +3,7 @@
 The bundled server (`open_host` + `create_app`, configured from host TOML as a host would) runs
 a pinned CLI (tests/cli_agents) as every run's parent; the remote subagent is the *other* pinned
 CLI behind `subagent-engine a2a-serve --parent ...` in its own process, registered in the host
-TOML by its card URL. Both CLIs talk to the one scripted model (tests/servers/scripted_model.py),
+TOML by its card URL. Both CLIs talk to the one scripted model (tools/peers/scripted_model.py),
 which tells their requests apart by API (Anthropic Messages for Claude Code, OpenAI Responses for
 Codex) and replies from each request's own prompt:
 
@@ -45,8 +45,8 @@ from a2a.types import GetTaskRequest, TaskState
 from adapters.agui import check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from engine import AgentSpec
+from tests.helpers.processes import ready_server
 from tests.integration.conftest import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
-from tests.servers.process import ready_server
 from web.config import HostConfig, parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
@@ -214,7 +214,7 @@ def model_settings(cli: str, bin_dir: Path, model_url: str) -> str:
 def served_agent(name: str, *args: str) -> Iterator[Served]:
     """`a2a-serve ...` in its own process group (it inherits this process's environment:
     HOME, the model key)."""
-    argv = [sys.executable, "-m", "web.cli", "a2a-serve", "--port", "0", "--watch-stdin", *args]
+    argv = [sys.executable, "-m", "cli", "a2a-serve", "--port", "0", "--watch-stdin", *args]
     with ready_server(argv, cwd=REPO, name=name) as (port, pid, stderr_path):
         served = Served(port=port, pid=pid, stderr_path=stderr_path)
         try:

@@ -3,7 +3,7 @@
 Each test closes a requirement of issue 3, a remote-side row of 000 §21 or an assertion of a
 000 §19 scenario that `test_a2a_delegation.py` / `test_a2a_js_delegation.py` did not check, or
 checked only partly. Remote side: the fault-injecting a2a-sdk server (`a2a_server`), the raw
-server (`tests/servers/raw_a2a.py`) for wire cases and the @a2a-js/sdk server (`a2a_js_server`).
+server (`tools/peers/raw_a2a.py`) for wire cases and the @a2a-js/sdk server (`a2a_js_server`).
 Assertions read what the remote recorded, not only what the engine says.
 """
 
@@ -36,8 +36,8 @@ from tests.integration.test_a2a_delegation import (
     of,
     raw_delegate,
 )
-from tests.servers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
 from tests.unit.test_no_leaks import tracking
+from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
 
 #: No journaled event may be bigger than this: artifact content stays out of the stream.
 MAX_EVENT_JSON = 64 * 1024

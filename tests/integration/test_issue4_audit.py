@@ -27,7 +27,7 @@ from tests.integration.test_mcp_endpoint import (
     local_agent,
     open_endpoint_run,
 )
-from tests.servers.raw_a2a import RawScenario, serve_raw_a2a, task_frame
+from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, task_frame
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",

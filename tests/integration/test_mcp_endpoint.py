@@ -37,7 +37,7 @@ from engine import (
 )
 from tests.integration.mcp_client import mcp_session
 from tests.integration.test_a2a_delegation import a2a_agent
-from tests.servers.raw_a2a import RawScenario, serve_raw_a2a
+from tools.peers.raw_a2a import RawScenario, serve_raw_a2a
 
 # The mcp client (not the endpoint) leaves httpx2's SSE generators to the garbage collector when
 # a session closes; that is the client library's business, not something these tests check.

@@ -6,8 +6,8 @@ import pytest
 
 from adapters.mcp import DelegationEndpoint
 from adapters.parents import Answer, Delegate, Say, ScriptedParent
+from demo import demo_agents
 from engine import Engine, Kind, Status
-from web.demo import demo_agents
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",

@@ -12,14 +12,14 @@ import httpx
 import pytest
 
 from adapters.agui import check_frames, parse_sse
-from web.serve import serve_main
+from cli.serve import serve_main
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_serve_on_embedded_defaults_answers_and_stops_on_sigint() -> None:
     with subprocess.Popen(
-        [sys.executable, "-m", "web.cli", "serve", "--port", "0"],
+        [sys.executable, "-m", "cli", "serve", "--port", "0"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
@@ -121,7 +121,7 @@ def test_a_host_token_that_is_unset_or_short_is_refused_before_listening(
 def test_serve_with_a_host_token_starts_runs_only_for_who_presents_it(tmp_path: Path) -> None:
     token = "t" * 12 + "0123456789"
     with subprocess.Popen(
-        [sys.executable, "-m", "web.cli", "serve", "--port", "0", "--token-env", "SE_HOST_TOKEN"],
+        [sys.executable, "-m", "cli", "serve", "--port", "0", "--token-env", "SE_HOST_TOKEN"],
         cwd=REPO,
         env={**os.environ, "SE_HOST_TOKEN": token},
         stdout=subprocess.PIPE,

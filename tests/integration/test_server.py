@@ -21,9 +21,9 @@ from trio_websocket import ConnectionClosed, open_websocket_url
 from adapters.agui import check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
+from demo import demo_agents
 from engine import AgentSpec, DelegationPolicy, InputRequiredMode, Kind
 from web.config import parse_config
-from web.demo import demo_agents
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
 pytestmark = pytest.mark.filterwarnings(

@@ -25,9 +25,9 @@ from trio_websocket import ConnectionClosed, ConnectionRejected, open_websocket_
 
 from adapters.agui import check_frames, parse_sse
 from adapters.parents import ScriptedParent
+from demo import demo_agents
 from engine import Engine, EngineLimits, Run
 from web.config import parse_config
-from web.demo import demo_agents
 from web.server import (
     WS_MESSAGE_BURST,
     HttpError,

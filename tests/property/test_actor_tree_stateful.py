@@ -39,6 +39,8 @@ from adapters.inprocess import InProcessTarget, LocalTask
 from engine import VOLATILE as VOLATILE_LANE
 from engine import (
     AgentSpec,
+    BaseTarget,
+    BaseTargetSession,
     DelegationError,
     DelegationHandle,
     DelegationPolicy,
@@ -614,7 +616,7 @@ TestActorTree = ActorTreeMachine.TestCase
 
 
 @attrs.define
-class CancelledMidUpdateTarget:
+class CancelledMidUpdateTarget(BaseTarget):
     """Emits `before`, then `last` (one update that makes several events) with a cancel of its
     own delegation already requested: the actor is cancelled at its first scheduling point while
     it publishes those events, as when `handle.cancel()` comes from another task at that moment."""
@@ -628,7 +630,7 @@ class CancelledMidUpdateTarget:
         return _MidUpdateSession(self, task.delegation_id)
 
 
-class _MidUpdateSession:
+class _MidUpdateSession(BaseTargetSession):
     def __init__(self, target: CancelledMidUpdateTarget, delegation_id: str) -> None:
         self._target = target
         self._delegation_id = delegation_id

@@ -1,1 +1,1 @@
-"""The soak tier: many runs with random faults, then an exact accounting (web.soak)."""
+"""The soak tier: many runs with random faults, then an exact accounting (tools.soak)."""

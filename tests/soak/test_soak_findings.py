@@ -21,7 +21,7 @@ import trio
 
 from adapters.a2a import A2AAgentConfig, A2ATarget
 from engine import AgentSpec, DelegationPolicy, DelegationRequest, Engine, RemoteCancel
-from web.soak import _FaultServer
+from tools.soak import _FaultServer
 
 DELEGATIONS = 60
 

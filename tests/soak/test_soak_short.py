@@ -1,9 +1,9 @@
 """The soak's short form: a fixed workload (fixed seed, fixed run count), then one random seed.
 
-Each case runs `web.soak.run_soak` for a bounded number of runs (never a wall-clock budget), so
+Each case runs `tools.soak.run_soak` for a bounded number of runs (never a wall-clock budget), so
 the same seed draws the same faults, cancel moments and viewer behaviours every time. A failure
 prints the whole report, seed included: `subagent-engine soak --seed S --total N` replays it.
-Both cases start their own remotes (tests/servers/a2a_faulty.py and tests/servers/agui_app.py)
+Both cases start their own remotes (tools/peers/a2a_faulty.py and tools/peers/agui_app.py)
 as child processes and the bundled server (web/server.py) in-process on 127.0.0.1:0.
 """
 
@@ -16,7 +16,7 @@ import pytest
 
 from adapters.agui import MODES, AguiStreamEncoder, frame_events, parse_sse
 from engine import DelegationEvent, JournalEntry, Kind, MemoryJournalStore, RunJournal
-from web.soak import (
+from tools.soak import (
     HTTP_VIEWER_KINDS,
     VIEWER_KINDS,
     SoakConfig,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import io
 
-from web.bench_a2a import bench_a2a
+from tools.bench.a2a import bench_a2a
 
 
 def test_bench_a2a_prints_throughput_and_cancel_rows() -> None:

@@ -11,7 +11,7 @@ import io
 
 import pytest
 
-from web.bench_mcp import bench_mcp
+from tools.bench.mcp import bench_mcp
 
 # The mcp client leaves httpx2's response generators to the garbage collector when it closes an
 # SSE response early (every tools/call) or a session; that is the client library's business.

@@ -13,7 +13,7 @@ import importlib.util
 import io
 from pathlib import Path
 
-from web.bench_scale import QUICK_CASCADE, QUICK_CHUNKS, QUICK_SIZES, QUICK_STEPS, bench_scale
+from tools.bench.scale import QUICK_CASCADE, QUICK_CHUNKS, QUICK_SIZES, QUICK_STEPS, bench_scale
 
 
 def test_bench_scale_quick_prints_every_section(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from web.bench import bench_journal
+from tools.bench.journal import bench_journal
 
 
 def test_bench_journal_prints_bare_channel_and_each_subscriber_count(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import io
 
-from web.bench_sse import bench_sse
+from tools.bench.sse import bench_sse
 
 
 def test_bench_sse_prints_throughput_latency_and_slow_viewer_rows() -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from adapters.agui import AguiStreamEncoder
+from cli import main
+from cli.check_stream import check_stream_main
 from tests.agui_scenarios import RUN, THREAD, happy_path
-from web.check_stream import check_stream_main
-from web.cli import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -77,7 +77,7 @@ def test_stdin_is_dash() -> None:
     assert check_stream_main("-", stdin=io.BytesIO(captured()), out=out, err=err) == 0
     assert out.getvalue() == "ok: 15 events\n"
     done = subprocess.run(
-        [sys.executable, "-m", "web.cli", "check-stream", "-"],
+        [sys.executable, "-m", "cli", "check-stream", "-"],
         input=b"data: [1]\n\n",
         capture_output=True,
         cwd=REPO,

@@ -38,6 +38,7 @@ from adapters.parents import (
     ParentProcessError,
 )
 from adapters.parents._process import LineSplitter
+from demo import demo_agents
 from engine import (
     AgentSpec,
     DelegationRequest,
@@ -48,7 +49,6 @@ from engine import (
     Status,
 )
 from tests.fakes_cli import CLAUDE_SIGINT, CODEX_SIGINT, read_log, write_fake_cli
-from web.demo import demo_agents
 
 TOOL = "mcp__subagents__delegate_to_agent"
 

@@ -18,8 +18,7 @@ import attrs
 import pytest
 
 from adapters.parents import DEFAULT_SCRIPT, Delegate, Say, Think
-from web.config import ConfigError, parse_config
-from web.demo import (
+from demo import (
     BUILTIN_REMOTES,
     REMOTE_TOKEN_ENV,
     DemoError,
@@ -30,6 +29,7 @@ from web.demo import (
     run_demo,
     run_plan,
 )
+from web.config import ConfigError, parse_config
 
 
 def run_json_demo() -> list[dict]:
@@ -79,7 +79,7 @@ def test_demo_stream_is_ordered_and_complete() -> None:
 
 def test_console_script_prints_the_human_stream() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "web.cli", "demo", "--print", "--fast"],
+        [sys.executable, "-m", "cli", "demo", "--print", "--fast"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -92,7 +92,7 @@ def test_console_script_prints_the_human_stream() -> None:
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "web.cli", "demo", *args],
+        [sys.executable, "-m", "cli", "demo", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -118,7 +118,7 @@ def test_the_default_plan_is_two_builtin_a2a_remotes_and_the_scripted_parent(
 ) -> None:
     plan = plan_demo(DemoOptions(), workdir=str(tmp_path), which=on_path(), python="py")
     assert [r.key for r in plan.remotes] == ["research", "review"]
-    assert plan.remotes[0].argv[:6] == ("py", "-m", "web.cli", "a2a-serve", "--parent", "scripted")
+    assert plan.remotes[0].argv[:6] == ("py", "-m", "cli", "a2a-serve", "--parent", "scripted")
     assert plan.remotes[0].argv[6:8] == ("--script", "research")
     assert plan.parent.kind == "scripted" and plan.script == DEFAULT_SCRIPT
     assert plan.files == {}
@@ -190,7 +190,7 @@ def test_a_codex_remote_gets_its_own_config_and_the_scripted_parent_targets_it(
     [remote] = plan.remotes
     assert remote.key == "codex" and remote.display_name == "Codex"
     [(path, text)] = plan.files.items()
-    assert remote.argv[:6] == ("py", "-m", "web.cli", "a2a-serve", "--parent", "codex")
+    assert remote.argv[:6] == ("py", "-m", "cli", "a2a-serve", "--parent", "codex")
     argv = list(remote.argv)
     assert argv[argv.index("--config") + 1] == path
     assert argv[argv.index("--binary") + 1] == "/opt/bin/codex"
@@ -286,12 +286,12 @@ def test_one_model_endpoint_serves_both_clis(url: str, claude: str, codex: str) 
 def test_each_builtin_remote_is_the_plain_a2a_serve_command_with_its_script(
     tmp_path: Path,
 ) -> None:
-    from web.a2a_serve import SCRIPTS
+    from demo.scripts import SCRIPTS
 
     plan = plan_demo(DemoOptions(), workdir=str(tmp_path))
     for remote in plan.remotes:
         argv = list(remote.argv)
-        assert argv[1:5] == ["-m", "web.cli", "a2a-serve", "--parent"]
+        assert argv[1:5] == ["-m", "cli", "a2a-serve", "--parent"]
         assert argv[argv.index("--script") + 1] == remote.key
         assert BUILTIN_REMOTES[remote.key].script == SCRIPTS[remote.key]
 

@@ -20,6 +20,8 @@ import trio.testing
 from adapters.inprocess import InProcessTarget, LocalTask
 from engine import (
     AgentSpec,
+    BaseTarget,
+    BaseTargetSession,
     DelegationPolicy,
     DelegationRequest,
     DelegationTask,
@@ -178,7 +180,7 @@ async def test_no_task_outlives_a_delegation_timeout(
 
 
 @attrs.define
-class RaisingTarget:
+class RaisingTarget(BaseTarget):
     """A target whose session starts a background task in the delegation's nursery, emits,
     and then raises (a bug in the target): the actor must supervise it and clean up."""
 
@@ -188,7 +190,7 @@ class RaisingTarget:
         return _RaisingSession(nursery)
 
 
-class _RaisingSession:
+class _RaisingSession(BaseTargetSession):
     def __init__(self, nursery: trio.Nursery) -> None:
         self._nursery = nursery
 

@@ -12,9 +12,9 @@ what this machine does without the engine in the same run:
 
 The remote is written here, not borrowed from the SDK: the SDK's reference server streams only
 ~750-2,000 chunks/s (FACTS.md), far below either client, so it would measure itself. It is a raw
-HTTP/1.1 JSON-RPC server (one request per connection, like `tests/servers/raw_a2a.py`), whose
+HTTP/1.1 JSON-RPC server (one request per connection, like `tools/peers/raw_a2a.py`), whose
 stream bodies are encoded once and written with one `send_all`. It runs in its own process
-(`python -m web.bench_a2a --serve`, started and always stopped by `bench_a2a`), as a real remote
+(`python -m tools.bench.a2a --serve`, started and always stopped by `bench_a2a`), as a real remote
 would: in the measuring process it competed with the engine for a core, and on a small machine
 the cancel cascade mostly measured that. The remote stamps each CancelTask arrival with
 `time.monotonic()` (CLOCK_MONOTONIC on Linux, one clock for every process) and hands the stamps
@@ -64,9 +64,9 @@ from engine import (
     RemoteCancel,
     Status,
 )
-from web._child_process import read_ready_port, stop_process_group
-from web._raw_http import read_request, respond_json
-from web.bench import percentile
+from tools.bench.journal import percentile
+from tools.peers._child_process import read_ready_port, stop_process_group
+from tools.peers._raw_http import read_request, respond_json
 
 __all__ = ["bench_a2a"]
 
@@ -261,9 +261,9 @@ async def _serve_until_stdin_closes(remote: _Remote, port: int) -> None:
 
 
 def _serve_main(argv: Sequence[str]) -> int:
-    """`python -m web.bench_a2a --serve [--port P] [--events N]`: the remote's own process."""
+    """`python -m tools.bench.a2a --serve [--port P] [--events N]`: the remote's own process."""
     parser = argparse.ArgumentParser(
-        prog="python -m web.bench_a2a",
+        prog="python -m tools.bench.a2a",
         description="the remote of `subagent-engine bench a2a`, in its own process",
     )
     parser.add_argument("--serve", action="store_true", help="run the remote (required)")
@@ -311,15 +311,15 @@ class _RemoteProcess:
         return [float(t) for t in record["arrivals"]], [str(i) for i in record["ids"]]
 
 
-#: Where `python -m web.bench_a2a` resolves: the directory holding the `web` package.
-_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Where `python -m tools.bench.a2a` resolves: the checkout holding the `tools` folder.
+_ROOT: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @contextmanager
 def _remote_process(events: int) -> Iterator[_RemoteProcess]:
     """Start the remote in its own process and session; always stop it (stdin closed, SIGTERM
     to its process group, SIGKILL if it is still there after STOP_DEADLINE)."""
-    command = [sys.executable, "-m", "web.bench_a2a", "--serve", "--port", "0"]
+    command = [sys.executable, "-m", "tools.bench.a2a", "--serve", "--port", "0"]
     proc = subprocess.Popen(
         [*command, "--events", str(events)],
         stdin=subprocess.PIPE,
@@ -772,7 +772,7 @@ def bench_a2a(*, events: int, delegations: int, repeat: int, out: TextIO | None 
         with _remote_process(events) as remote:
             print(
                 "remote: a raw JSON-RPC A2A server in a separate process (python -m "
-                f"web.bench_a2a --serve, pid {remote.pid}, 127.0.0.1:{remote.port}, one request "
+                f"tools.bench.a2a --serve, pid {remote.pid}, 127.0.0.1:{remote.port}, one request "
                 "per connection), stream bodies encoded once and written with one send_all; "
                 "CancelTask arrivals stamped there with time.monotonic(), the clock of "
                 "run.cancel() here",

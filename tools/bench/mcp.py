@@ -82,7 +82,7 @@ from engine import (
     Run,
     Status,
 )
-from web.bench import answer_lifespan, percentile, release_free_memory, rss_kib
+from tools.bench.journal import answer_lifespan, percentile, release_free_memory, rss_kib
 
 __all__ = ["bench_mcp"]
 

@@ -1,15 +1,13 @@
-"""`subagent-engine a2a-serve`: a parent agent (scripted, Claude Code, Codex) as an A2A agent.
+"""Serving a parent agent (scripted, Claude Code, Codex) as an A2A 1.0 agent.
 
-This module owns the process that exposes one parent adapter as an A2A 1.0 agent with the official
-a2a-sdk server: the agent card (streaming, skills; JSON-RPC and HTTP+JSON on one card), streamed
-status and artifact updates, and `GetTask`, `CancelTask`, `SubscribeToTask` (the SDK's request
-handler and in-memory task store answer those). It holds no protocol mapping of its own:
-`adapters.a2a._serve_mapping.ParentTaskMapper` turns the run's events into A2A updates. This is how
-"Codex as a remote subagent" is served: another engine registers the card URL as an A2A agent.
-
-    subagent-engine a2a-serve --parent codex --config host.toml --port 8100
-    READY 8100
-    card: http://127.0.0.1:8100/.well-known/agent-card.json
+This module owns the A2A server side: one parent adapter exposed with the official a2a-sdk server
+as the agent a `ServedParent` describes: the agent card (streaming, skills; JSON-RPC and HTTP+JSON
+on one card), streamed status and artifact updates, and `GetTask`, `CancelTask`,
+`SubscribeToTask` (the SDK's request handler and in-memory task store answer those). It holds no
+protocol mapping of its own: `adapters.a2a._serve_mapping.ParentTaskMapper` turns the run's events
+into A2A updates. `subagent-engine a2a-serve` (`cli.a2a_serve`) builds the `ServedParent` from its
+options and host configuration; this is how "Codex as a remote subagent" is served: another engine
+registers the card URL as an A2A agent.
 
 Routes: the card at `/.well-known/agent-card.json`, JSON-RPC at `/a2a/jsonrpc`, HTTP+JSON under
 `/a2a/rest` (with the SDK's tenant form `/a2a/rest/<tenant>/...`), and `/healthz` (JSON: tasks
@@ -69,13 +67,11 @@ import contextlib
 import json
 import logging
 import os
-import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, MutableMapping, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
 
@@ -109,27 +105,25 @@ from adapters.listener import (
     RequestGuard,
     header_values,
     is_ip_literal,
-    is_loopback,
     parse_json_body,
     require_bearer,
     send_refusal,
 )
-from adapters.parents import Delegate, Say, ScriptedParent, Think
 from engine import DelegationEvent, Engine, Run
-from web.config import ConfigError, HostConfig, load_config, parse_config, weak_token
 
 if TYPE_CHECKING:
-    from web.server import ParentAgent
+    from adapters.parents import ParentAgent
 
 __all__ = [
+    "CARD_PATH",
     "MAX_BATCHES_IN_FLIGHT",
     "MAX_BODY_BYTES",
-    "SCRIPTS",
-    "A2AServeOptions",
     "ParentAgentExecutor",
     "ParentRunThread",
-    "a2a_serve_main",
+    "ServedParent",
     "agent_card",
+    "build_app",
+    "serve",
 ]
 
 log: Final = logging.getLogger(__name__)
@@ -147,81 +141,25 @@ CANCEL_REASON: Final = "The A2A task was cancelled (CancelTask)."
 SHUTDOWN_REASON: Final = "The A2A server is shutting down."
 THREAD_PREFIX: Final = "a2a-serve-task"
 
-#: The scripted parent's scripts (`--script`): no model and no delegation, so no MCP endpoint.
-#: Seconds between the chunks of the demo scripts (a pace a person can follow).
-PACE: Final = 0.4
-SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate, ...]]] = {
-    "reply": (
-        Think(("Reading the task, ", "then answering.")),
-        Say(("You asked: ", "{prompt}", ". ", "Here is the scripted answer.")),
-    ),
-    # A long, slow answer (about 15 s): for cancelling mid-stream.
-    "slow": (
-        Think(("Taking my time.",)),
-        Say(tuple(f"chunk {i} " for i in range(300)), pause=0.05),
-    ),
-    # The two remotes of `subagent-engine demo`, at a human pace.
-    "research": (
-        Think(("Task: {prompt}. ", "Looking for sources first.")),
-        Say(
-            (
-                "Sources: ",
-                "the Trio docs, ",
-                "the A2A 1.0 specification, ",
-                "the AG-UI event reference.",
-            ),
-            pause=PACE,
-        ),
-        Think(("Three sources; ", "summarizing them.")),
-        Say(
-            (
-                "Trio nurseries ",
-                "give structured cancellation; ",
-                "A2A streams ",
-                "status and artifact updates; ",
-                "AG-UI shows them ",
-                "as a nested subagent.",
-            ),
-            pause=PACE,
-        ),
-    ),
-    "review": (
-        Think(("Task: {prompt}. ", "Checking it against the design rules.")),
-        Say(
-            (
-                "Cancellation cascades: ",
-                "ok. ",
-                "Replay after a reconnect: ",
-                "ok. ",
-                "Secrets stay redacted: ",
-                "ok.",
-            ),
-            pause=PACE,
-        ),
-        Think(("Writing the verdict.",)),
-        Say(
-            ("Verdict: ", "approve, ", "with a replay window ", "sized for slow viewers."),
-            pause=PACE,
-        ),
-    ),
-}
-PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
-
 
 @attrs.frozen(kw_only=True)
-class A2AServeOptions:
-    """What `a2a-serve` serves and how. `config` gives the CLI parents' model settings
-    (`[parent]`), the agents the served parent may delegate to (`[[agents]]`) and the limits."""
+class ServedParent:
+    """The agent `serve` exposes: its card's words, how to make its parent and engine, where it
+    listens and who may call it."""
 
-    parent: str = "scripted"
-    config: HostConfig = attrs.field(factory=lambda: HostConfig(source="<embedded>"))
-    name: str | None = None
-    description: str | None = None
-    #: (name, description) per advertised skill; none: one skill named after the parent.
+    #: The card's name and description.
+    name: str
+    description: str
+    #: What kind of parent this is ("scripted", "claude-code", "codex"): a tag of every skill
+    #: and a field of `/healthz`.
+    label: str
+    #: A new parent adapter per task (CLI adapters keep per-run state).
+    make_parent: Callable[[], ParentAgent]
+    #: The task's engine, opened on the task's own Trio thread (an agent's HTTP clients belong
+    #: to the loop that made them) and closed when the task ends.
+    open_engine: Callable[[], AbstractAsyncContextManager[Engine]]
+    #: (name, description) per advertised skill; none: one skill named after the agent.
     skills: tuple[tuple[str, str], ...] = ()
-    script: str = "reply"
-    #: The CLI binary (a path or a name on PATH); None: the adapter's default.
-    binary: str | None = None
     host: str = "127.0.0.1"
     port: int = 0
     #: The base URL the card advertises (behind a proxy); None: http://<host>:<bound port>.
@@ -231,66 +169,28 @@ class A2AServeOptions:
     #: With a token, every request but the card's and /healthz needs `Authorization: Bearer
     #: <token>` (the card says so); without, anyone who reaches the port may run the parent.
     token: str | None = attrs.field(default=None, repr=False)
+    #: Host names requests may carry beyond IP literals, `localhost` and the card's own.
+    allowed_hosts: tuple[str, ...] = ()
 
-    @property
-    def agent_name(self) -> str:
-        return self.name or f"subagent-engine {self.parent}"
-
-    @property
-    def agent_description(self) -> str:
-        if self.description:
-            return self.description
-        what = {
-            "scripted": "a scripted agent (no model)",
-            "claude-code": "Claude Code",
-            "codex": "Codex",
-        }[self.parent]
-        return f"{what}, served over A2A by subagent-engine; streams its progress and answer."
-
-    def allowed_hosts(self, base_url: str) -> tuple[str, ...]:
+    def hosts_for(self, base_url: str) -> tuple[str, ...]:
         """The host names requests may carry beyond IP literals and `localhost`: the one the
-        card advertises (`base_url`: `--public-url`, else `--host`) and `[server]
-        allowed_hosts`."""
-        hosts = tuple(self.config.server.allowed_hosts)
+        card advertises (`base_url`: the public URL, else the listening host) and
+        `allowed_hosts`."""
         advertised = urlsplit(base_url).hostname
         if advertised and not is_ip_literal(advertised):
-            hosts += (advertised,)
-        return hosts
-
-    @property
-    def needs_endpoint(self) -> bool:
-        """Whether each run needs its MCP endpoint: a CLI parent is always configured with one,
-        the scripted parent only for a script that delegates."""
-        if self.parent != "scripted":
-            return True
-        return any(isinstance(step, Delegate) for step in SCRIPTS[self.script])
-
-
-def parent_factory(options: A2AServeOptions) -> Callable[[], ParentAgent]:
-    """A new parent adapter per task (CLI adapters keep per-run state). ValueError if the
-    parent kind is unknown or its adapter is not available."""
-    if options.parent == "scripted":
-        script = SCRIPTS[options.script]
-        return lambda: ScriptedParent(script, name="scripted")
-    if options.parent not in ("claude-code", "codex"):
-        raise ValueError(f"unknown parent {options.parent!r}; use one of {', '.join(PARENT_KINDS)}")
-    configured = options.config.parent
-    binary = options.binary or configured.binary
-    entry = attrs.evolve(configured, kind=options.parent, binary=binary)
-    # The same settings as `serve` ([parent] in the host TOML); a missing binary fails the task
-    # with the CLI adapter's reason rather than the server's start.
-    return entry.cli_parent()[1]
+            return (*self.allowed_hosts, advertised)
+        return self.allowed_hosts
 
 
 # -- the card -----------------------------------------------------------------------------------
 
 
-def agent_card(options: A2AServeOptions, base_url: str) -> AgentCard:
+def agent_card(options: ServedParent, base_url: str) -> AgentCard:
     """The agent card: both bindings at `base_url`, streaming, the configured skills."""
-    skills = options.skills or ((options.agent_name, options.agent_description),)
+    skills = options.skills or ((options.name, options.description),)
     card = AgentCard(
-        name=options.agent_name,
-        description=options.agent_description,
+        name=options.name,
+        description=options.description,
         version=_version(),
         supported_interfaces=[
             AgentInterface(
@@ -307,8 +207,8 @@ def agent_card(options: A2AServeOptions, base_url: str) -> AgentCard:
             AgentSkill(
                 id=_skill_id(name, index),
                 name=name,
-                description=description or options.agent_description,
-                tags=[options.parent, "subagent-engine"],
+                description=description or options.description,
+                tags=[options.label, "subagent-engine"],
             )
             for index, (name, description) in enumerate(skills)
         ],
@@ -365,7 +265,7 @@ class ParentRunThread:
         self,
         *,
         name: str,
-        options: A2AServeOptions,
+        options: ServedParent,
         parent: ParentAgent,
         prompt: str,
         metadata: dict[str, Any],
@@ -460,7 +360,7 @@ class ParentRunThread:
         for fn, args in early:
             fn(*args)
         async with (
-            _open_engine(self._options) as eng,
+            self._options.open_engine() as eng,
             trio.open_nursery() as nursery,
             eng.open_run(metadata=self._metadata) as run,
         ):
@@ -509,31 +409,6 @@ class ParentRunThread:
             self._cancel_in_trio(cancel_reason)
 
 
-@asynccontextmanager
-async def _open_engine(options: A2AServeOptions) -> AsyncIterator[Engine]:
-    """The task's engine: the host's agents (built in this Trio loop: their HTTP clients belong
-    to it) and, when the parent needs one, its MCP endpoint; all closed on exit."""
-    config = options.config
-    agents = config.agent_specs() if config.agents else []
-    async with AsyncExitStack() as stack:
-        endpoints = None
-        if options.needs_endpoint or agents:
-            from adapters.mcp import DelegationEndpoint
-
-            endpoint = DelegationEndpoint(shortcuts=config.shortcuts)
-            endpoints = await stack.enter_async_context(endpoint.serve())
-        try:
-            async with Engine(agents, limits=config.limits, endpoints=endpoints) as eng:
-                yield eng
-        finally:
-            with trio.CancelScope(shield=True):
-                for spec in agents:
-                    close = getattr(spec.target, "aclose", None)
-                    if close is not None:
-                        with contextlib.suppress(Exception):
-                            await close()
-
-
 # -- the executor (asyncio) ---------------------------------------------------------------------
 
 
@@ -549,9 +424,9 @@ class _ServedTask:
 class ParentAgentExecutor(AgentExecutor):
     """The a2a-sdk `AgentExecutor` that runs one parent run per A2A task (see the module docs)."""
 
-    def __init__(self, options: A2AServeOptions, make_parent: Callable[[], ParentAgent]) -> None:
+    def __init__(self, options: ServedParent) -> None:
         self.options = options
-        self._make_parent = make_parent
+        self._make_parent = options.make_parent
         self._tasks: dict[str, _ServedTask] = {}
         self._threads: set[ParentRunThread] = set()
 
@@ -891,7 +766,7 @@ class _BoundedJsonBody:
 
 
 def build_app(
-    options: A2AServeOptions, base_url: str, executor: ParentAgentExecutor
+    options: ServedParent, base_url: str, executor: ParentAgentExecutor
 ) -> tuple[Any, AgentCard]:
     """The Starlette app (card, JSON-RPC, HTTP+JSON, health) and its card."""
     from a2a.server.request_handlers import DefaultRequestHandler
@@ -915,7 +790,7 @@ def build_app(
         return JSONResponse(
             {
                 "status": "ok",
-                "parent": options.parent,
+                "parent": options.label,
                 "tasks_running": executor.tasks_running,
                 "parent_threads": executor.parent_threads,
             }
@@ -940,7 +815,7 @@ def build_app(
         app = _BearerAuth(app, options.token)
     # Outermost: refused for its headers before a token is compared or a body byte is read.
     guarded = RequestGuard(
-        app, allowed_hosts=options.allowed_hosts(base_url), allowed_origins=(), websockets=False
+        app, allowed_hosts=options.hosts_for(base_url), allowed_origins=(), websockets=False
     )
     return guarded, card
 
@@ -964,7 +839,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve(options: A2AServeOptions, out: TextIO) -> None:
+async def serve(options: ServedParent, out: TextIO) -> None:
     """Listen, print `READY <port>` and the card URL, serve until stopped."""
     import uvicorn
 
@@ -973,7 +848,7 @@ async def serve(options: A2AServeOptions, out: TextIO) -> None:
         port = sock.getsockname()[1]
         host = f"[{options.host}]" if ":" in options.host else options.host
         base_url = (options.public_url or f"http://{host}:{port}").rstrip("/")
-        executor = ParentAgentExecutor(options, parent_factory(options))
+        executor = ParentAgentExecutor(options)
         app, _ = build_app(options, base_url, executor)
         quiet_sdk_refusals()
         config = uvicorn.Config(
@@ -1013,106 +888,3 @@ def _exit_when_stdin_closes(server: Any) -> None:
             loop.call_soon_threadsafe(setattr, server, "should_exit", True)
 
     threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
-
-
-def a2a_serve_main(
-    *,
-    parent: str | None,
-    config_path: str | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    name: str | None = None,
-    description: str | None = None,
-    skills: Sequence[str] = (),
-    script: str = "reply",
-    binary: str | None = None,
-    public_url: str | None = None,
-    cancel_grace: float = 4.0,
-    watch_stdin: bool = False,
-    token_env: str | None = None,
-    out: TextIO | None = None,
-) -> int:
-    """`subagent-engine a2a-serve`: 0 after a clean stop, 2 on a configuration error."""
-    try:
-        config = load_config(config_path) if config_path else parse_config("", "<embedded>")
-        if config.agents:
-            config.agent_specs()  # credentials are checked before anything listens
-    except ConfigError as exc:
-        print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
-        return 2
-    host = host or config.server.host
-    token = os.environ.get(token_env) if token_env else None
-    problem = _token_problem(token_env, token, host)
-    if problem is not None:
-        print(f"subagent-engine a2a-serve: {problem}", file=sys.stderr)
-        return 2
-    options = A2AServeOptions(
-        parent=parent or config.parent.kind,
-        config=config,
-        name=name,
-        description=description,
-        skills=tuple(_skill(text) for text in skills),
-        script=script,
-        binary=binary,
-        host=host,
-        port=port if port is not None else 0,
-        public_url=public_url,
-        cancel_grace=cancel_grace,
-        watch_stdin=watch_stdin,
-        token=token,
-    )
-    try:
-        if options.parent not in PARENT_KINDS:
-            raise ValueError(f"unknown parent {options.parent!r}; use one of {PARENT_KINDS}")
-        if options.script not in SCRIPTS:
-            raise ValueError(f"unknown script {options.script!r}; use one of {tuple(SCRIPTS)}")
-        parent_factory(options)
-        import uvicorn  # noqa: F401
-        from a2a.server.routes import create_jsonrpc_routes  # noqa: F401
-    except ImportError as exc:
-        print(
-            f"subagent-engine a2a-serve needs the A2A server packages "
-            f"(pip install 'a2a-sdk[http-server]' uvicorn): {exc}",
-            file=sys.stderr,
-        )
-        return 2
-    except ValueError as exc:
-        print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
-        return 2
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    # uvicorn re-raises the SIGTERM/SIGINT it stopped on once it has shut down; with these
-    # handlers in place that ends in a clean exit 0 rather than death by the signal.
-    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        asyncio.run(serve(options, out or sys.stdout))
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    return 0
-
-
-def _token_problem(token_env: str | None, token: str | None, host: str) -> str | None:
-    """Why `--token-env` (the variable's name, its value) cannot serve on `host`, if it cannot:
-    beyond loopback a token is required, and a token must be one a client can present."""
-    if not token_env:
-        if is_loopback(host):
-            return None
-        return (
-            f"listening on {host} reaches beyond this machine: pass --token-env NAME (every call "
-            "but the card's then needs 'Authorization: Bearer <the value of NAME>'); without a "
-            "token, anyone who reaches the port runs the served parent, and a CLI parent runs "
-            "the commands its model asks for"
-        )
-    if not token:
-        return f"{token_env} (--token-env) is not set"
-    weak = weak_token(token)
-    return f"the token in {token_env} (--token-env) {weak}" if weak else None
-
-
-def _stopped(signum: int, frame: Any) -> None:
-    """A stop signal that arrived when uvicorn was not listening for it (after its shutdown)."""
-
-
-def _skill(text: str) -> tuple[str, str]:
-    name, _, description = text.partition("=")
-    return name.strip(), description.strip()

@@ -2,7 +2,7 @@
 
 Run it in its own process::
 
-    python -m tests.servers.agui_app --port 0 [--watch-stdin] [--log-level INFO]
+    python -m tools.peers.agui_app --port 0 [--watch-stdin] [--log-level INFO]
 
 It binds 127.0.0.1 (port 0 = ephemeral) and prints exactly one line ``READY <port>`` on stdout
 once it is listening (logs go to stderr). With ``--watch-stdin`` it exits when its stdin closes,

@@ -5,8 +5,8 @@ This module owns three measurements of the bundled server's viewer stream (`web.
 in the default wire format of `default_encoder_factory()`, whatever that is), each printed
 beside what this machine does without the engine:
 
-- Throughput: a bench parent appends `events` prebuilt events (`web.bench.build_event_mix`) in
-  batches of `web.bench.BATCH` straight into `run.journal` once the viewer has its response
+- Throughput: a bench parent appends `events` prebuilt events (`journal.build_event_mix`) in
+  batches of `journal.BATCH` straight into `run.journal` once the viewer has its response
   headers, so this measures journal -> subscription -> encoder -> Quart -> Hypercorn -> socket
   -> httpx, the producer (model, remote, run actor) excluded. The producer stays at most
   `AHEAD` entries ahead of what the encoder has taken, as a live run does, so the viewer reads
@@ -38,8 +38,9 @@ beside what this machine does without the engine:
 
 Nothing here may change engine or server behaviour to look faster: they are driven through
 their public surface (`RunHost`, `create_app`, `Run.journal`, `Engine(store_factory=...)`); the
-subscription statistics are read from the journal's private lists, as `web.bench` reads buffer
-statistics. Every phase has a deadline, so a broken stream shows as a failed check, never a hang.
+subscription statistics are read from the journal's private lists, as `bench journal` reads
+buffer statistics. Every phase has a deadline, so a broken stream shows as a failed check, never
+a hang.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ from engine import (
     MemoryJournalStore,
     Run,
 )
-from web.bench import BATCH, answer_lifespan, build_event_mix
+from tools.bench.journal import BATCH, answer_lifespan, build_event_mix
 from web.config import HostConfig
 from web.server import (
     EncoderFactory,
@@ -827,9 +828,9 @@ def bench_sse(
         file=out,
     )
     print(
-        f"throughput: {events:,} prebuilt events (web.bench mix) appended in batches of {BATCH} "
-        f"straight into run.journal (producer excluded, at most {AHEAD} entries ahead of the "
-        "encoder); limit: the recorded body writes replayed by a raw ASGI app, same worker",
+        f"throughput: {events:,} prebuilt events (bench journal mix) appended in batches of "
+        f"{BATCH} straight into run.journal (producer excluded, at most {AHEAD} entries ahead of "
+        "the encoder); limit: the recorded body writes replayed by a raw ASGI app, same worker",
         file=out,
     )
     print(file=out, flush=True)

@@ -1,4 +1,4 @@
-"""The soak (`subagent-engine soak`): many runs with random faults, then an exact accounting.
+"""The soak (`python -m tools.soak`): many runs with random faults, then an exact accounting.
 
 This module owns one job: drive the engine through its public surface with many runs at once,
 each delegating concurrently to real A2A and AG-UI servers whose faults are drawn from a seeded
@@ -6,8 +6,8 @@ RNG and to in-process agents whose text is known, with viewers that connect late
 drop and reconnect after their last cursor, and parents cancelled at random moments; then
 account for everything. It changes no engine behaviour.
 
-The remotes are `tests/servers/a2a_faulty.py` (one A2A agent per fault scenario) and
-`tests/servers/agui_app.py` (one AG-UI agent per scenario), each a child process run the way
+The remotes are `tools/peers/a2a_faulty.py` (one A2A agent per fault scenario) and
+`tools/peers/agui_app.py` (one AG-UI agent per scenario), each a child process run the way
 the integration tests run it (`READY <port>`, own process group, exits when its stdin closes).
 Every delegation forwards its identity, so the servers' `/_test/log` ties each remote task or
 run, and each CancelTask or stop it received, to the engine's delegation id.
@@ -57,7 +57,6 @@ within a tolerance of its baseline (taken after a warm-up run that exercised eve
 from __future__ import annotations
 
 import gc
-import importlib.util
 import json
 import logging
 import os
@@ -109,13 +108,13 @@ from engine import (
     Status,
     event_from_jsonable,
 )
-from web._child_process import read_ready_port, stop_process_group
+from tools.peers._child_process import read_ready_port, stop_process_group
 from web.config import HostConfig
 from web.server import HttpError, RunHost, create_app, default_encoder_factory, serve_app
 
 __all__ = ["SoakConfig", "SoakReport", "run_soak", "soak_main"]
 
-REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 READY_DEADLINE: Final = 30.0
 STOP_DEADLINE: Final = 5.0
 #: A run (its delegations, viewers and accounting) that takes longer than this is a finding.
@@ -159,7 +158,7 @@ A2A_AGENTS: Final[dict[str, str]] = {
 }
 #: Scenarios whose remote task never ends by itself: the engine must cancel it at the remote.
 NEVER_ENDING: Final = frozenset({"hang", "slowcancel", "nocancel", "hangcancel"})
-#: The AG-UI remote's scenarios (tests/servers/agui_app.py) the soak delegates to, as
+#: The AG-UI remote's scenarios (tools/peers/agui_app.py) the soak delegates to, as
 #: `agui_<scenario>`; `hang` and `stubborn` run until they are stopped.
 AGUI_AGENTS: Final = (
     "stream",
@@ -426,12 +425,8 @@ async def _crasher(task: LocalTask) -> str:
 def _agui_text() -> dict[str, str]:
     """Text the AG-UI remote's scenarios stream for the delegation itself (not for the remote's
     own subagents) when they complete."""
-    # By path: `tests` is not a package the installed command can import.
-    path = REPO_ROOT / "tests" / "servers" / "agui_app.py"
-    spec = importlib.util.spec_from_file_location("_soak_agui_app", path)
-    assert spec is not None and spec.loader is not None
-    agui_app = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(agui_app)
+    from tools.peers import agui_app
+
     return {
         "agui_stream": "Hello from AG-UI.",
         "agui_reasoning": "Answer.",
@@ -1686,15 +1681,12 @@ def _trio_tasks() -> list[str]:
 
 
 class _ChildServer:
-    """`python -m <module>` (a test server of tests/servers) in its own process group, on an
+    """`python -m <module>` (a peer server of `tools.peers`) in its own process group, on an
     ephemeral 127.0.0.1 port; stopped on `close()`."""
 
-    module = "tests.servers.a2a_faulty"
+    module = "tools.peers.a2a_faulty"
 
     def __init__(self) -> None:
-        source = REPO_ROOT / (self.module.replace(".", "/") + ".py")
-        if not source.is_file():
-            raise RuntimeError(f"the soak needs the source tree (tests/servers) at {REPO_ROOT}")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", self.module, "--port", "0", "--watch-stdin"],
             cwd=REPO_ROOT,
@@ -1714,15 +1706,15 @@ class _ChildServer:
 
 
 class _FaultServer(_ChildServer):
-    """The fault-injecting A2A server (tests/servers/a2a_faulty.py)."""
+    """The fault-injecting A2A server (tools/peers/a2a_faulty.py)."""
 
-    module = "tests.servers.a2a_faulty"
+    module = "tools.peers.a2a_faulty"
 
 
 class _AguiServer(_ChildServer):
-    """The AG-UI remote agent (tests/servers/agui_app.py)."""
+    """The AG-UI remote agent (tools/peers/agui_app.py)."""
 
-    module = "tests.servers.agui_app"
+    module = "tools.peers.agui_app"
 
 
 async def _soak(

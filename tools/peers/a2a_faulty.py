@@ -2,7 +2,7 @@
 
 Run it in its own process (the SDK server needs asyncio; see FACTS.md)::
 
-    python -m tests.servers.a2a_faulty --port 0 [--watch-stdin] [--log-level INFO]
+    python -m tools.peers.a2a_faulty --port 0 [--watch-stdin] [--log-level INFO]
 
 It binds 127.0.0.1 (port 0 = ephemeral) and prints exactly one line ``READY <port>`` on
 stdout once it is listening. Nothing else is ever written to stdout (logs go to stderr).

@@ -48,9 +48,9 @@ import attrs
 import trio
 
 import engine
-from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import DEFAULT_SCRIPT, Answer, Delegate, Say, ScriptedParent, Think
-from engine import AgentSpec, DelegationRequest, Engine, JournalEntry, Kind, Run
+from demo.agents import demo_agents, scripted_parent
+from engine import Engine, JournalEntry, Run
 from web.config import AgentEntry, AuthEntry, ConfigError, HostConfig, ParentEntry, ServerEntry
 
 __all__ = [
@@ -70,101 +70,6 @@ __all__ = [
     "run_plan",
     "scripted_parent",
 ]
-
-
-def demo_agents(pause: float = 0.05) -> list[AgentSpec]:
-    """The two embedded demo subagents."""
-
-    async def research(task: LocalTask) -> str:
-        await task.status("working", "Looking for sources")
-        await task.think(
-            "The objective asks for ", "streaming API shapes; ", "check the docs first."
-        )
-        await task.tool_call("search", {"query": task.objective}, {"hits": 3})
-        words = [
-            "Trio ",
-            "nurseries ",
-            "give ",
-            "structured ",
-            "cancellation; ",
-            "memory ",
-            "channels ",
-            "carry ",
-            "events.",
-        ]
-        message = await task.text_start()
-        for word in words:
-            await task.text_delta(word, message_id=message)
-            await trio.sleep(pause)
-        await task.text_end(message)
-        await task.artifact("notes.md", data="# Notes\n- nurseries\n", mime_type="text/markdown")
-        return "Trio nurseries give structured cancellation; channels carry events."
-
-    async def review(task: LocalTask) -> str:
-        await task.status("working", "Reading the design")
-        await trio.sleep(pause)
-        await task.say("The design ", "is sound; ", "add a replay window.")
-        await task.status("working", "Writing the verdict")
-        await trio.sleep(pause)
-        return "Approve, with a replay window."
-
-    return [
-        AgentSpec(
-            key="research",
-            display_name="Research Agent",
-            description="Finds and summarizes sources.",
-            target=InProcessTarget(research),
-        ),
-        AgentSpec(
-            key="review",
-            display_name="Review Agent",
-            description="Reviews a design and gives a verdict.",
-            target=InProcessTarget(review),
-        ),
-    ]
-
-
-async def _say(run: Run, message_id: str, *chunks: str) -> None:
-    await run.emit(Kind.PARENT_TEXT_START, message_id=message_id, role="assistant")
-    for chunk in chunks:
-        await run.emit(Kind.PARENT_TEXT_DELTA, message_id=message_id, delta=chunk)
-    await run.emit(Kind.PARENT_TEXT_END, message_id=message_id)
-
-
-async def scripted_parent(run: Run) -> list[engine.DelegationResult]:
-    """Say, call two delegations concurrently as tool calls, use the results, answer."""
-    await _say(run, "parent-1", "I'll ask two specialists ", "at the same time.")
-    calls = [
-        (
-            "call-research",
-            DelegationRequest(agent="research", objective="How does Trio stream events?"),
-        ),
-        ("call-review", DelegationRequest(agent="review", objective="Review the engine design.")),
-    ]
-    handles = []
-    for call_id, request in calls:
-        args = {"agent": request.agent, "objective": request.objective}
-        await run.emit(
-            Kind.PARENT_TOOL_CALL_START, tool_call_id=call_id, tool_name="delegate_to_agent"
-        )
-        await run.emit(Kind.PARENT_TOOL_CALL_ARGS, tool_call_id=call_id, args=args)
-        await run.emit(Kind.PARENT_TOOL_CALL_END, tool_call_id=call_id)
-        request = DelegationRequest(
-            agent=request.agent, objective=request.objective, parent_tool_call_id=call_id
-        )
-        handles.append((call_id, run.start_delegation(request)))
-    results = []
-    for call_id, handle in handles:
-        result = await handle.wait()
-        results.append(result)
-        await run.emit(
-            Kind.PARENT_TOOL_CALL_RESULT,
-            tool_call_id=call_id,
-            result=engine.to_jsonable(result),
-        )
-    summaries = "; ".join(f"{r.agent}: {r.summary}" for r in results)
-    await _say(run, "parent-2", "Both specialists answered. ", summaries)
-    return results
 
 
 def _describe(entry: JournalEntry) -> str:
@@ -232,7 +137,7 @@ Step = Say | Think | Delegate | Answer
 @attrs.frozen
 class BuiltinRemote:
     """A built-in remote agent: an a2a-serve process whose scripted parent plays the a2a-serve
-    script named like its key (`web.a2a_serve.SCRIPTS`)."""
+    script named like its key (`demo.scripts.SCRIPTS`)."""
 
     key: str
     display_name: str
@@ -240,13 +145,13 @@ class BuiltinRemote:
 
     @property
     def script(self) -> tuple[Step, ...]:
-        from web.a2a_serve import SCRIPTS
+        from demo.scripts import SCRIPTS
 
         return SCRIPTS[self.key]
 
 
 #: The default remotes, under the keys the scripted parent's default script delegates to; each
-#: is `subagent-engine a2a-serve --parent scripted --script <key>` (scripts in `web.a2a_serve`).
+#: is `subagent-engine a2a-serve --parent scripted --script <key>` (scripts in `demo.scripts`).
 BUILTIN_REMOTES: Final[Mapping[str, BuiltinRemote]] = {
     "research": BuiltinRemote(
         key="research",
@@ -487,7 +392,7 @@ def plan_demo(
                 display_name=remote.display_name,
                 description=remote.description,
                 argv=(
-                    *(python, "-m", "web.cli", "a2a-serve", "--parent", "scripted"),
+                    *(python, "-m", "cli", "a2a-serve", "--parent", "scripted"),
                     *("--script", remote.key, "--name", remote.display_name),
                     *("--description", remote.description),
                     *("--skill", f"{remote.key}={remote.description}"),
@@ -503,7 +408,7 @@ def plan_demo(
         path = str(Path(workdir) / f"{options.remote}-remote.toml")
         files[path] = _parent_toml(cli_parent(options.remote))
         argv = (
-            python, "-m", "web.cli", "a2a-serve",
+            python, "-m", "cli", "a2a-serve",
             "--parent", cli.kind,
             "--config", path,
             "--binary", binaries["--remote"],
@@ -638,7 +543,7 @@ def _announce(
 
 async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
     """Start the remotes, serve the page until SIGINT/SIGTERM, stop everything."""
-    from web.serve import _page
+    from web.page import bundled_page
     from web.server import (
         create_app,
         default_encoder_factory,
@@ -672,7 +577,9 @@ async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
                     except ConfigError as exc:
                         raise DemoStartError(str(exc)) from None
                     async with open_host(config, agents, parent) as (hosted, mcp):
-                        app = create_app(hosted, config, default_encoder_factory(), page=_page())
+                        app = create_app(
+                            hosted, config, default_encoder_factory(), page=bundled_page()
+                        )
                         async with serve_app(
                             app, host=plan.options.host, port=plan.options.port
                         ) as url:

@@ -25,8 +25,9 @@ import attrs
 import trio
 
 from adapters.listener import is_loopback
+from demo.agents import demo_agents
 from web.config import ConfigError, HostConfig, load_config, parse_config
-from web.demo import demo_agents
+from web.page import bundled_page
 from web.server import (
     ParentAgent,
     create_app,
@@ -51,7 +52,7 @@ async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> Non
             run_host,
             config,
             default_encoder_factory(),
-            page=_page(),
+            page=bundled_page(),
             host_token=host_token,
         )
         bind_host, bind_port = config.server.host, config.server.port
@@ -74,15 +75,6 @@ async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> Non
                 async for _ in signals:
                     print("stopping: cancelling every run", file=out)
                     return
-
-
-def _page() -> bytes | None:
-    from importlib.resources import files
-
-    try:
-        return files("web").joinpath("static/index.html").read_bytes()
-    except (FileNotFoundError, OSError):
-        return None
 
 
 def serve_main(

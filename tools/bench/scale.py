@@ -6,8 +6,8 @@ the same run:
 - Memory: at each size N (default 100, 1,000 and 5,000), one run with N concurrent delegations to an
   in-process agent that reports a status and a short message (7 journal entries) and then waits on
   an event, so every delegation stays active. Each size runs in a fresh child process (`python -m
-  web.bench_scale --memory-child N`), so no earlier size's freed heap hides its growth. Inside it:
-  the bundled server (`web.bench_sse`'s `_serve`: an Engine, a RunHost, `create_app`, Hypercorn)
+  tools.bench.scale --memory-child N`), so no earlier size's freed heap hides its growth. Inside it:
+  the bundled server (`tools.bench.sse`'s `_serve`: an Engine, a RunHost, `create_app`, Hypercorn)
   hosts the run; the resident set is read from `/proc/self/statm` after `gc.collect()` and glibc's
   `malloc_trim(0)`, before and after each step, and each step's growth is divided by its count. The
   steps, one on top of the other: the N delegations; N idle journal subscriptions
@@ -22,7 +22,7 @@ the same run:
   (`TINY_WINDOW_EVENTS`), so the replay window's share per delegation is the difference; the goal
   (under `GOAL_DELEGATION_KIB` per delegation) is checked on the tiny window's figure.
 - The whole path: for each step d (default 1, 10, 100, 1,000), a run whose parent starts d
-  delegations to `bench a2a`'s raw A2A remote in its own process (`python -m web.bench_a2a
+  delegations to `bench a2a`'s raw A2A remote in its own process (`python -m tools.bench.a2a
   --serve`), each streaming `chunks` text chunks; the engine maps them into the run's journal (a
   stamping store notes `time.perf_counter()` per cursor, as in `bench sse`) and one httpx SSE viewer
   (`bench sse`'s reader, in this process) reads the run over the real server. Per step: chunks/s
@@ -52,7 +52,7 @@ benchmarks measure the same things the same way.
 The measuring process, the server and the viewer share one Trio loop; the remote runs in its
 own process, as a real one would. Nothing here may change engine or server behaviour to look
 faster: they are driven through their public surface, and counters are read from the
-journal's private lists, as `web.bench_sse` does. Every phase has a deadline, so a broken
+journal's private lists, as `tools.bench.sse` does. Every phase has a deadline, so a broken
 engine shows as a failed check, never a hang; timings are never asserted anywhere.
 """
 
@@ -97,8 +97,7 @@ from engine import (
     RunJournal,
     Status,
 )
-from web.bench import percentile, release_free_memory, rss_kib
-from web.bench_a2a import (
+from tools.bench.a2a import (
     _FLOORS,
     GOAL_CANCEL_P99_MS,
     WARMUP_EVENTS,
@@ -113,8 +112,9 @@ from web.bench_a2a import (
     _RemoteFailed,
     _RemoteProcess,
 )
-from web.bench_a2a import _delta as _remote_delta
-from web.bench_sse import (
+from tools.bench.a2a import _delta as _remote_delta
+from tools.bench.journal import percentile, release_free_memory, rss_kib
+from tools.bench.sse import (
     _content,
     _httpx_reader,
     _limits,
@@ -162,8 +162,8 @@ CONNECT_CONCURRENCY: Final = 50
 
 _AGENT: Final = "idle"
 _ENTRIES_PER_DELEGATION: Final = 7  # started, status, text start, 3 deltas, text end
-#: Where `python -m web.bench_scale` resolves: the directory holding the `web` package.
-_ROOT: Final = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: Where `python -m tools.bench.scale` resolves: the checkout holding the `tools` folder.
+_ROOT: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 # -- memory: the child process -------------------------------------------------------------------
@@ -399,10 +399,10 @@ async def _memory_child(delegations: int, tiny: bool, viewers: int) -> dict[str,
 
 
 def _memory_child_main(argv: Sequence[str]) -> int:
-    """`python -m web.bench_scale --memory-child N [--tiny] [--viewers V]`: one size's memory
+    """`python -m tools.bench.scale --memory-child N [--tiny] [--viewers V]`: one size's memory
     figures in a fresh process, printed as one `RESULT <json>` line."""
     parser = argparse.ArgumentParser(
-        prog="python -m web.bench_scale",
+        prog="python -m tools.bench.scale",
         description="one memory measurement of `subagent-engine bench scale`, in its own process",
     )
     parser.add_argument("--memory-child", type=int, required=True, metavar="N")
@@ -459,7 +459,7 @@ class _Memory:
 def _memory_child_run(delegations: int, tiny: bool, viewers: int) -> dict[str, Any]:
     """Run one memory child to its end (deadline `MEMORY_DEADLINE`); its figures, or
     `{"problem": ...}`."""
-    command = [sys.executable, "-m", "web.bench_scale", "--memory-child", str(delegations)]
+    command = [sys.executable, "-m", "tools.bench.scale", "--memory-child", str(delegations)]
     command += ["--viewers", str(viewers)] + (["--tiny"] if tiny else [])
     label = f"memory at {delegations:,} delegations ({'tiny' if tiny else 'default'} window)"
     try:

@@ -2,7 +2,7 @@
 
 Run it in its own process::
 
-    python -m tests.servers.scripted_model --port 0 [--watch-stdin]
+    python -m tools.peers.scripted_model --port 0 [--watch-stdin]
 
 It binds 127.0.0.1, prints exactly one line ``READY <port>`` on stdout once it listens (logs go
 to stderr) and, with ``--watch-stdin``, exits when its stdin closes. It speaks just enough of two
@@ -327,7 +327,7 @@ def anthropic_events(body: dict[str, Any], turn: Turn) -> Iterator[tuple[str, di
     )
     for index, block in enumerate(content):
         if block["type"] == "thinking":
-            start = {"type": "thinking", "thinking": "", "signature": ""}
+            start: dict[str, Any] = {"type": "thinking", "thinking": "", "signature": ""}
             deltas = [{"type": "thinking_delta", "thinking": c} for c in _chunks(block["thinking"])]
             deltas.append({"type": "signature_delta", "signature": block["signature"]})
         elif block["type"] == "text":
@@ -486,7 +486,7 @@ def openai_events(body: dict[str, Any], turn: Turn) -> Iterator[tuple[str, dict[
                 "response.output_item.added", output_index=index, item={**item, "summary": []}
             )
             text = item["summary"][0]["text"]
-            part = {"type": "summary_text", "text": ""}
+            part: dict[str, Any] = {"type": "summary_text", "text": ""}
             yield event("response.reasoning_summary_part.added", **ids, summary_index=0, part=part)
             for chunk in _chunks(text):
                 yield event(

@@ -1,0 +1,256 @@
+"""`subagent-engine a2a-serve`: a parent agent (scripted, Claude Code, Codex) as an A2A agent.
+
+This module owns the command: its options, the host configuration it reads (`[parent]` model
+settings, the `[[agents]]` the served parent may delegate to, `[server] allowed_hosts`), the
+token check, and the parent and engine each task gets. The A2A server itself is
+`adapters.a2a.serving` (routes, threads, cancellation, shutdown: see there).
+
+    subagent-engine a2a-serve --parent codex --config host.toml --port 8100
+    READY 8100
+    card: http://127.0.0.1:8100/.well-known/agent-card.json
+
+Who may call. It listens on 127.0.0.1 unless told otherwise. With `--token-env NAME` (at least
+`MIN_HOST_TOKEN_CHARS` characters) every call but the card's and /healthz needs
+`Authorization: Bearer $NAME`; an address beyond loopback without one is refused at start (exit
+2), because the served parent runs model-directed commands for whoever reaches it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, TextIO
+
+import attrs
+import trio
+
+from adapters.a2a.serving import ServedParent, serve
+from adapters.listener import is_loopback
+from adapters.parents import Delegate, ScriptedParent
+from demo.scripts import SCRIPTS
+from engine import Engine
+from web.config import ConfigError, HostConfig, load_config, parse_config, weak_token
+
+if TYPE_CHECKING:
+    from adapters.parents import ParentAgent
+
+__all__ = ["A2AServeOptions", "a2a_serve_main", "open_engine", "parent_factory", "serve"]
+
+PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
+
+
+@attrs.frozen(kw_only=True)
+class A2AServeOptions:
+    """What `a2a-serve` serves and how. `config` gives the CLI parents' model settings
+    (`[parent]`), the agents the served parent may delegate to (`[[agents]]`) and the limits."""
+
+    parent: str = "scripted"
+    config: HostConfig = attrs.field(factory=lambda: HostConfig(source="<embedded>"))
+    name: str | None = None
+    description: str | None = None
+    #: (name, description) per advertised skill; none: one skill named after the parent.
+    skills: tuple[tuple[str, str], ...] = ()
+    script: str = "reply"
+    #: The CLI binary (a path or a name on PATH); None: the adapter's default.
+    binary: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 0
+    #: The base URL the card advertises (behind a proxy); None: http://<host>:<bound port>.
+    public_url: str | None = None
+    cancel_grace: float = 4.0
+    watch_stdin: bool = False
+    #: With a token, every request but the card's and /healthz needs `Authorization: Bearer
+    #: <token>` (the card says so); without, anyone who reaches the port may run the parent.
+    token: str | None = attrs.field(default=None, repr=False)
+
+    @property
+    def agent_name(self) -> str:
+        return self.name or f"subagent-engine {self.parent}"
+
+    @property
+    def agent_description(self) -> str:
+        if self.description:
+            return self.description
+        what = {
+            "scripted": "a scripted agent (no model)",
+            "claude-code": "Claude Code",
+            "codex": "Codex",
+        }[self.parent]
+        return f"{what}, served over A2A by subagent-engine; streams its progress and answer."
+
+    def served(self) -> ServedParent:
+        """What the A2A server serves: this parent, its engine and its card's words."""
+        return ServedParent(
+            name=self.agent_name,
+            description=self.agent_description,
+            label=self.parent,
+            make_parent=parent_factory(self),
+            open_engine=partial(open_engine, self),
+            skills=self.skills,
+            host=self.host,
+            port=self.port,
+            public_url=self.public_url,
+            cancel_grace=self.cancel_grace,
+            watch_stdin=self.watch_stdin,
+            token=self.token,
+            allowed_hosts=tuple(self.config.server.allowed_hosts),
+        )
+
+    @property
+    def needs_endpoint(self) -> bool:
+        """Whether each run needs its MCP endpoint: a CLI parent is always configured with one,
+        the scripted parent only for a script that delegates."""
+        if self.parent != "scripted":
+            return True
+        return any(isinstance(step, Delegate) for step in SCRIPTS[self.script])
+
+
+def parent_factory(options: A2AServeOptions) -> Callable[[], ParentAgent]:
+    """A new parent adapter per task (CLI adapters keep per-run state). ValueError if the
+    parent kind is unknown or its adapter is not available."""
+    if options.parent == "scripted":
+        script = SCRIPTS[options.script]
+        return lambda: ScriptedParent(script, name="scripted")
+    if options.parent not in ("claude-code", "codex"):
+        raise ValueError(f"unknown parent {options.parent!r}; use one of {', '.join(PARENT_KINDS)}")
+    configured = options.config.parent
+    binary = options.binary or configured.binary
+    entry = attrs.evolve(configured, kind=options.parent, binary=binary)
+    # The same settings as `serve` ([parent] in the host TOML); a missing binary fails the task
+    # with the CLI adapter's reason rather than the server's start.
+    return entry.cli_parent()[1]
+
+
+@asynccontextmanager
+async def open_engine(options: A2AServeOptions) -> AsyncIterator[Engine]:
+    """The task's engine: the host's agents (built in this Trio loop: their HTTP clients belong
+    to it) and, when the parent needs one, its MCP endpoint; all closed on exit."""
+    config = options.config
+    agents = config.agent_specs() if config.agents else []
+    async with AsyncExitStack() as stack:
+        endpoints = None
+        if options.needs_endpoint or agents:
+            from adapters.mcp import DelegationEndpoint
+
+            endpoint = DelegationEndpoint(shortcuts=config.shortcuts)
+            endpoints = await stack.enter_async_context(endpoint.serve())
+        try:
+            async with Engine(agents, limits=config.limits, endpoints=endpoints) as eng:
+                yield eng
+        finally:
+            with trio.CancelScope(shield=True):
+                for spec in agents:
+                    close = getattr(spec.target, "aclose", None)
+                    if close is not None:
+                        with contextlib.suppress(Exception):
+                            await close()
+
+
+def a2a_serve_main(
+    *,
+    parent: str | None,
+    config_path: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    name: str | None = None,
+    description: str | None = None,
+    skills: Sequence[str] = (),
+    script: str = "reply",
+    binary: str | None = None,
+    public_url: str | None = None,
+    cancel_grace: float = 4.0,
+    watch_stdin: bool = False,
+    token_env: str | None = None,
+    out: TextIO | None = None,
+) -> int:
+    """`subagent-engine a2a-serve`: 0 after a clean stop, 2 on a configuration error."""
+    try:
+        config = load_config(config_path) if config_path else parse_config("", "<embedded>")
+        if config.agents:
+            config.agent_specs()  # credentials are checked before anything listens
+    except ConfigError as exc:
+        print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
+        return 2
+    host = host or config.server.host
+    token = os.environ.get(token_env) if token_env else None
+    problem = _token_problem(token_env, token, host)
+    if problem is not None:
+        print(f"subagent-engine a2a-serve: {problem}", file=sys.stderr)
+        return 2
+    options = A2AServeOptions(
+        parent=parent or config.parent.kind,
+        config=config,
+        name=name,
+        description=description,
+        skills=tuple(_skill(text) for text in skills),
+        script=script,
+        binary=binary,
+        host=host,
+        port=port if port is not None else 0,
+        public_url=public_url,
+        cancel_grace=cancel_grace,
+        watch_stdin=watch_stdin,
+        token=token,
+    )
+    try:
+        if options.parent not in PARENT_KINDS:
+            raise ValueError(f"unknown parent {options.parent!r}; use one of {PARENT_KINDS}")
+        if options.script not in SCRIPTS:
+            raise ValueError(f"unknown script {options.script!r}; use one of {tuple(SCRIPTS)}")
+        parent_factory(options)
+        import uvicorn  # noqa: F401
+        from a2a.server.routes import create_jsonrpc_routes  # noqa: F401
+    except ImportError as exc:
+        print(
+            f"subagent-engine a2a-serve needs the A2A server packages "
+            f"(pip install 'a2a-sdk[http-server]' uvicorn): {exc}",
+            file=sys.stderr,
+        )
+        return 2
+    except ValueError as exc:
+        print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
+        return 2
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    # uvicorn re-raises the SIGTERM/SIGINT it stopped on once it has shut down; with these
+    # handlers in place that ends in a clean exit 0 rather than death by the signal.
+    previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        asyncio.run(serve(options.served(), out or sys.stdout))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    return 0
+
+
+def _token_problem(token_env: str | None, token: str | None, host: str) -> str | None:
+    """Why `--token-env` (the variable's name, its value) cannot serve on `host`, if it cannot:
+    beyond loopback a token is required, and a token must be one a client can present."""
+    if not token_env:
+        if is_loopback(host):
+            return None
+        return (
+            f"listening on {host} reaches beyond this machine: pass --token-env NAME (every call "
+            "but the card's then needs 'Authorization: Bearer <the value of NAME>'); without a "
+            "token, anyone who reaches the port runs the served parent, and a CLI parent runs "
+            "the commands its model asks for"
+        )
+    if not token:
+        return f"{token_env} (--token-env) is not set"
+    weak = weak_token(token)
+    return f"the token in {token_env} (--token-env) {weak}" if weak else None
+
+
+def _stopped(signum: int, frame: Any) -> None:
+    """A stop signal that arrived when uvicorn was not listening for it (after its shutdown)."""
+
+
+def _skill(text: str) -> tuple[str, str]:
+    name, _, description = text.partition("=")
+    return name.strip(), description.strip()

@@ -1,0 +1,74 @@
+"""The scripted agents' scripts: what `a2a-serve --script NAME` serves with no model.
+
+`research` and `review` are the two remote agents of `subagent-engine demo`, paced so a person
+can follow them on the page; `reply` answers at once and `slow` streams for about 15 s (for
+cancelling mid-stream). A script is a tuple of the scripted parent's steps
+(`adapters.parents.Say`, `Think`, `Delegate`); `{prompt}` in a chunk becomes the task's text.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from adapters.parents import Delegate, Say, Think
+
+__all__ = ["PACE", "SCRIPTS"]
+
+#: Seconds between the chunks of the demo scripts (a pace a person can follow).
+PACE: Final = 0.4
+#: By name (`--script`): no model and no delegation, so no MCP endpoint.
+SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate, ...]]] = {
+    "reply": (
+        Think(("Reading the task, ", "then answering.")),
+        Say(("You asked: ", "{prompt}", ". ", "Here is the scripted answer.")),
+    ),
+    # A long, slow answer (about 15 s): for cancelling mid-stream.
+    "slow": (
+        Think(("Taking my time.",)),
+        Say(tuple(f"chunk {i} " for i in range(300)), pause=0.05),
+    ),
+    # The two remotes of `subagent-engine demo`, at a human pace.
+    "research": (
+        Think(("Task: {prompt}. ", "Looking for sources first.")),
+        Say(
+            (
+                "Sources: ",
+                "the Trio docs, ",
+                "the A2A 1.0 specification, ",
+                "the AG-UI event reference.",
+            ),
+            pause=PACE,
+        ),
+        Think(("Three sources; ", "summarizing them.")),
+        Say(
+            (
+                "Trio nurseries ",
+                "give structured cancellation; ",
+                "A2A streams ",
+                "status and artifact updates; ",
+                "AG-UI shows them ",
+                "as a nested subagent.",
+            ),
+            pause=PACE,
+        ),
+    ),
+    "review": (
+        Think(("Task: {prompt}. ", "Checking it against the design rules.")),
+        Say(
+            (
+                "Cancellation cascades: ",
+                "ok. ",
+                "Replay after a reconnect: ",
+                "ok. ",
+                "Secrets stay redacted: ",
+                "ok.",
+            ),
+            pause=PACE,
+        ),
+        Think(("Writing the verdict.",)),
+        Say(
+            ("Verdict: ", "approve, ", "with a replay window ", "sized for slow viewers."),
+            pause=PACE,
+        ),
+    ),
+}

@@ -1,0 +1,43 @@
+"""`python -m tools.soak`: the soak, run from a checkout (see `tools.soak` for what it does)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from tools.soak import soak_main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    soak = argparse.ArgumentParser(
+        prog="python -m tools.soak",
+        description="many runs with random remote faults, cancels and reconnecting viewers; "
+        "then account for every event, result and resource",
+    )
+    soak.add_argument("--minutes", type=float, default=None, help="how long (default: 1)")
+    soak.add_argument("--seed", type=int, help="the fault draw's seed (default: random, printed)")
+    soak.add_argument(
+        "--runs",
+        type=int,
+        default=8,
+        metavar="R",
+        help="runs open at once (default: 8)",
+        dest="concurrency",
+    )
+    soak.add_argument(
+        "--total", type=int, help="stop after this many runs instead of after --minutes"
+    )
+    args = soak.parse_args(argv)
+    minutes = args.minutes if args.minutes is not None or args.total else 1.0
+    return soak_main(
+        minutes=minutes,
+        seed=args.seed,
+        runs=args.total,
+        concurrency=args.concurrency,
+        out=sys.stdout,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
