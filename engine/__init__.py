@@ -69,6 +69,7 @@ from engine._targets import (
     TargetUpdate,
 )
 from engine._tool_input import (
+    AGENT_KEY_PATTERN,
     TOOL_INPUT_SCHEMA,
     ToolInput,
     is_agent_key,
@@ -86,6 +87,7 @@ from engine._wire import (
 )
 
 __all__ = [
+    "AGENT_KEY_PATTERN",
     "CRITICAL",
     "IMPORTANT",
     "REDACTED",

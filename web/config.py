@@ -67,8 +67,14 @@ from adapters.parents import (
     CodexParent,
     ScriptedParent,
 )
-from engine import AgentSpec, DelegationPolicy, EngineLimits, RegistryError, is_agent_key
-from engine._tool_input import AGENT_KEY_PATTERN
+from engine import (
+    AGENT_KEY_PATTERN,
+    AgentSpec,
+    DelegationPolicy,
+    EngineLimits,
+    RegistryError,
+    is_agent_key,
+)
 
 __all__ = [
     "AgentEntry",

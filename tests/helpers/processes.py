@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.peers._child_process import read_ready_port, stop_process_group
+from tools.peers.children import read_ready_port, stop_process_group
 
 
 @contextmanager

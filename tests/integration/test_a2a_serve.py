@@ -67,7 +67,7 @@ from engine import (
 )
 from tests.helpers.processes import ready_server
 from tests.node_packages import ensure_npm_packages
-from tools.peers._child_process import read_ready_port, stop_process_group
+from tools.peers.children import read_ready_port, stop_process_group
 
 pytestmark = pytest.mark.filterwarnings(
     # The a2a-sdk JSON-RPC client raises a stream's error (SubscribeToTask on a finished task)

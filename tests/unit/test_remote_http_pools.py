@@ -15,7 +15,7 @@ import pytest
 import trio
 
 from adapters._remote_http import SHARD_REQUESTS, ShardedTransport, http_pools
-from tools.peers._raw_http import read_request
+from tools.peers.raw_http import read_request
 
 HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
 

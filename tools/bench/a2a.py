@@ -65,8 +65,8 @@ from engine import (
     Status,
 )
 from tools.bench.journal import percentile
-from tools.peers._child_process import read_ready_port, stop_process_group
-from tools.peers._raw_http import read_request, respond_json
+from tools.peers.children import read_ready_port, stop_process_group
+from tools.peers.raw_http import read_request, respond_json
 
 __all__ = ["bench_a2a"]
 

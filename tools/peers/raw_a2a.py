@@ -16,7 +16,7 @@ from typing import Any
 import attrs
 import trio
 
-from tools.peers._raw_http import read_request, respond_json
+from tools.peers.raw_http import read_request, respond_json
 
 Frame = str | dict[str, Any]
 

@@ -108,7 +108,7 @@ from engine import (
     Status,
     event_from_jsonable,
 )
-from tools.peers._child_process import read_ready_port, stop_process_group
+from tools.peers.children import read_ready_port, stop_process_group
 from web.config import HostConfig
 from web.server import HttpError, RunHost, create_app, default_encoder_factory, serve_app
 
