@@ -25,11 +25,11 @@ import attrs
 import trio
 
 from adapters.listener import is_loopback
+from adapters.parents import ParentAgent
 from demo.agents import demo_agents
 from web.config import ConfigError, HostConfig, load_config, parse_config
 from web.page import bundled_page
 from web.server import (
-    ParentAgent,
     create_app,
     default_encoder_factory,
     freeze_startup_objects,

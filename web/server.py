@@ -73,6 +73,7 @@ from adapters.listener import (
     require_bearer,
     serve_listener,
 )
+from adapters.parents import ParentAgent
 from engine import DelegationError, Engine, JournalEntry, Run, RunJournal, Subscription
 from web.config import HostConfig
 
@@ -86,12 +87,6 @@ RETRY_WHEN_FULL: Final = 5
 #: A WebSocket viewer may send a few messages (the stream takes none): this many at once, then
 #: one per second; beyond that the connection is closed (1008, policy violation).
 WS_MESSAGE_BURST: Final = 16
-
-
-class ParentAgent(Protocol):
-    """What drives a run: `adapters.parents.ScriptedParent`, a CLI adapter, ..."""
-
-    async def run(self, run: Run, prompt: str) -> Any: ...
 
 
 class StreamEncoder(Protocol):
