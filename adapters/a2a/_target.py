@@ -49,6 +49,7 @@ from a2a.utils.errors import (
 )
 from google.protobuf.json_format import ParseError
 
+from adapters._asyncgens import closing_abandoned_generators
 from adapters._remote_http import (
     credential_secrets,
     http_pools,
@@ -349,9 +350,13 @@ class _A2ASession:
         }
 
     async def _relay(self, responses: AsyncIterator[StreamResponse], emit: Emit) -> None:
-        # aclosing: when the actor cancels our scope (terminal reached), the SDK's nested
-        # generators are closed right here instead of being left to the garbage collector.
-        async with aclosing(responses) as stream:  # type: ignore[type-var]
+        # The SDK's generators are closed right here, not left to the garbage collector: the
+        # outermost by aclosing, and those beneath it, which no SDK layer closes when one raises
+        # or the actor stops the relay (terminal reached), by closing_abandoned_generators.
+        async with (
+            closing_abandoned_generators(),
+            aclosing(responses) as stream,  # type: ignore[type-var]
+        ):
             try:
                 async for response in stream:
                     updates = self._mapper.feed(response)
