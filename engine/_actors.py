@@ -107,7 +107,8 @@ class Engine:
         self._closed_runs: OrderedDict[str, RunActor] = OrderedDict()
         self.active_delegations = 0
         #: Delegation id -> what became of a remote cancel that was not confirmed in time:
-        #: `retrying`, `confirmed_late` or `abandoned` (audit trail of 000 §15's cleanup).
+        #: `retrying`, `confirmed_late` or `abandoned` (audit trail of the cleanup that still
+        #: cancels a remote task after its run is gone).
         self.cancel_followups: dict[str, str] = {}
         self._follow_up_scopes: set[trio.CancelScope] = set()
         self._follow_up_done: dict[str, trio.Event] = {}
@@ -736,7 +737,8 @@ class DelegationActor:
     async def _call(self, method: Callable[..., Any], *args: Any) -> None:
         # Each session call runs in its own scope, cancelled as soon as the state machine has
         # what it waits for (a terminal or an input request): a stream is left by cancellation,
-        # never by abandoning an iterator (FACTS.md, a2a-sdk).
+        # never by abandoning an iterator (with a2a-sdk 1.3.0, leaving a stream with `break` leaves
+        # the SDK's nested async generators unclosed; cancelling the scope closes them).
         with trio.CancelScope() as scope:
             self._session_scope = scope
             await method(*args, self._on_update)

@@ -1,4 +1,4 @@
-"""Which parent tool call a delegation belongs to, when the call itself does not say (000 §13).
+"""Which parent tool call a delegation belongs to, when the call itself does not say.
 
 This module owns the run's ledger of its parent's delegation tool calls and the three ways a
 delegation is tied to one of them:
@@ -40,7 +40,7 @@ MAX_TRACKED_CALLS: Final = 1024
 
 
 class Correlation:
-    """The correlation levels of 000 §13."""
+    """How firmly a delegation is tied to its parent tool call (`none`: not tied to one)."""
 
     STRONG: Final = "strong"
     MEDIUM: Final = "medium"

@@ -16,8 +16,9 @@ namespaced under the delegation (`<delegation id>/<remote id>`, `#2`... when the
 an id that already ended), one `subagent.nested.started` (synthesized for content or a terminal
 of a subagent never announced) and exactly one terminal; content after it is ignored and
 counted. A nested subagent that ends `suspended` (paused on an interrupt) stays open: the resume
-run announces the same id again and continues it (002's continuation), so a viewer never sees
-it announced twice. When a nested subagent ends, its open descendants and messages end first;
+run announces the same id again and continues it (a continuation, as AG-UI allows for a
+suspended subagent: https://docs.ag-ui.com/concepts/subagents, "Suspension"), so a viewer never
+sees it announced twice. When a nested subagent ends, its open descendants and messages end first;
 when the delegation ends, every nested subagent still open ends before it (`suspended` when the
 delegation ends waiting for input, else `subagent.nested.cancelled`). Subagents deeper than
 `policy.max_nesting_depth` are folded: one `subagent.nested.folded` marker, then their events are
@@ -98,7 +99,7 @@ _CLOSED: Final = "closed"
 
 @attrs.frozen(kw_only=True)
 class DelegationIdentity:
-    """Who a delegation is (000 §8), stamped on every event it emits."""
+    """Who a delegation is, stamped on every event it emits."""
 
     run_id: str
     delegation_id: str
@@ -755,7 +756,7 @@ class DelegationState:
     def _continue_nested(
         self, out: list[DelegationEvent], nested: _Nested, update: TargetUpdate | None
     ) -> None:
-        """002's continuation: the resume run goes on with a suspended nested subagent."""
+        """A continuation: the resume run goes on with a suspended nested subagent."""
         nested.state = _OPEN
         if nested.shown:
             text = "continued" if update is not None else "continued (not announced again)"

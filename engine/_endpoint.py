@@ -1,4 +1,4 @@
-"""The run-scoped endpoint seam (000 §7, option A): what a run gets to hand to its parent agent.
+"""The run-scoped endpoint seam: what a run gets to hand to its parent agent.
 
 A run that may delegate needs a tool endpoint its parent agent can call (the MCP server of
 `adapters.mcp`). The engine does not know MCP: it knows a `RunEndpointProvider`, asked for one

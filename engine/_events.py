@@ -1,8 +1,9 @@
 """The event envelope every run journal orders: delegation events and the parent's own payloads.
 
-This module owns the event kinds (003's `subagent.*` family plus the parent's text, reasoning,
-tool-call and run-lifecycle kinds), their QoS lane (critical, important, volatile) and the flat
-`DelegationEvent` envelope with the identity fields of 000 §8. It does no I/O and knows no wire
+This module owns the event kinds (the `subagent.*` family of a delegation plus the parent's text,
+reasoning, tool-call and run-lifecycle kinds), their QoS lane (critical, important, volatile) and
+the flat `DelegationEvent` envelope with its identity fields (run, parent tool call, delegation,
+agent, protocol, remote ids). It does no I/O and knows no wire
 format: `engine._wire` owns JSON. Kinds are plain strings so an unknown kind (from a newer peer or
 a fuzzer) travels through unharmed and lands in the important lane.
 """
@@ -30,7 +31,7 @@ __all__ = [
 class Kind:
     """Every event kind the engine itself produces. Anything else is carried as-is."""
 
-    # A delegation's lifecycle and payloads (003).
+    # A delegation's lifecycle and payloads.
     STARTED: Final = "subagent.started"
     STATUS: Final = "subagent.status"
     TEXT_START: Final = "subagent.text.start"
@@ -152,7 +153,7 @@ class DropReport:
 class DelegationEvent:
     """One ordered observation of a run: a delegation's progress or the parent's own payload.
 
-    Identity (000 §8): `run_id` always; delegation events also carry `delegation_id`, the agent
+    Identity: `run_id` always; delegation events also carry `delegation_id`, the agent
     key and name, the protocol and whatever remote ids are known. `sequence` counts the events of
     one delegation (or of the parent) in production order; the journal cursor that orders the
     whole run lives on `JournalEntry`, not here. `message_id` groups text and reasoning deltas,

@@ -1,6 +1,6 @@
 """Laned mailboxes: a byte-bounded buffer between a producer and a slower consumer.
 
-This module owns the QoS policy of every buffer in the engine (DESIGN.md "QoS lanes"):
+This module owns the QoS policy of every buffer in the engine:
 
 - critical events (starts, terminals, input requests, run lifecycle, gap markers) are never
   dropped, merged or reordered;

@@ -1,4 +1,4 @@
-"""Host-curated agents and the policy that bounds every delegation to them (000 §12, 003).
+"""Host-curated agents and the policy that bounds every delegation to them.
 
 This module owns what a host declares: which agent keys exist (`AgentSpec`, `Registry`), what
 each may do (`DelegationPolicy`), the engine-wide limits (`EngineLimits`) and the request a
@@ -42,7 +42,7 @@ class RegistryError(ValueError):
 
 
 class ContextPolicy:
-    """Which remote context a delegation continues (000 §14). Results always report the one used."""
+    """Which remote context a delegation continues. Results always report the one used."""
 
     #: A new remote context for every delegation (the safe default).
     EPHEMERAL: Final = "ephemeral"
@@ -60,7 +60,7 @@ def _context_policy(_: Any, attribute: attrs.Attribute[Any], value: str) -> None
 
 
 class InputRequiredMode:
-    """What a delegation does when its remote asks for more input (000 §16)."""
+    """What a delegation does when its remote asks for more input."""
 
     #: End the delegation with `input_required_unsupported` (the safe default).
     FAIL: Final = "fail"
@@ -105,8 +105,8 @@ class DelegationPolicy:
     `default_timeout` applies when the model asks for none; a model's `timeout_seconds` is
     clamped to `max_timeout`. `cancel_timeout` bounds the shielded remote cancel; after it the
     delegation reports `cancel_pending` and the engine keeps retrying the cancel in the
-    background for `cancel_retry_window` (000 §15: remote tasks are still cancelled when the
-    run is gone). `input_wait_timeout` bounds the wait for an answer.
+    background for `cancel_retry_window`, so a remote task is still cancelled when its run is
+    gone. `input_wait_timeout` bounds the wait for an answer.
     """
 
     default_timeout: float = attrs.field(default=120.0, validator=_positive)

@@ -1,7 +1,7 @@
 """Delegation outcomes: the structured result and the typed error a parent model receives.
 
-This module owns the vocabulary of how a delegation ends: its status, the error codes of the
-workstream contract (000 §16) and whether each is worth retrying. It holds values only; the JSON
+This module owns the vocabulary of how a delegation ends: its status, the error codes a parent
+model is given and whether each is worth retrying. It holds values only; the JSON
 shape is owned by `engine._wire`, and nothing here performs I/O.
 """
 
@@ -153,7 +153,7 @@ class ResultMessage:
 class DelegationResult:
     """The terminal (or, while running, provisional) structured outcome of one delegation.
 
-    The parent model receives exactly this shape (000 §11); `status` is `running` only in
+    The parent model receives exactly this shape; `status` is `running` only in
     `Run.delegations()` snapshots of delegations that have not ended yet.
     """
 

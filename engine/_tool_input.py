@@ -1,13 +1,13 @@
 """The model-facing input of the `delegate_to_agent` tool: its strict validator and its schema.
 
-This module owns what a parent model may put in a delegation request (000 §11, §12) and the JSON
-Schema every adapter advertises for it. `parse_tool_input` takes the raw tool arguments (bytes,
-text or an already decoded mapping) and returns a `ToolInput` value or raises one
-`DelegationError` with code `invalid_input` and `metadata["field"]` naming the offending field
-(dotted path, `""` for the input as a whole); nothing else escapes it. It is sans-IO and pure: it
-does not know the registry (an unknown but well-formed key is the engine's `agent_not_found`), it
-applies no policy defaults or clamps (`None` means "not given") and it never echoes a credential or
-a large value back in a message.
+This module owns what a parent model may put in a delegation request (an agent key, an objective,
+optional input and constraints) and the JSON Schema every adapter advertises for it.
+`parse_tool_input` takes the raw tool arguments (bytes, text or an already decoded mapping) and
+returns a `ToolInput` value or raises one `DelegationError` with code `invalid_input` and
+`metadata["field"]` naming the offending field (dotted path, `""` for the input as a whole);
+nothing else escapes it. It is sans-IO and pure: it does not know the registry (an unknown but
+well-formed key is the engine's `agent_not_found`), it applies no policy defaults or clamps
+(`None` means "not given") and it never echoes a credential or a large value back in a message.
 
 Security stance: the model names registry keys, never endpoints or credentials. A field that looks
 like one (`endpoint_url`, `token`, `headers`, ...) is refused with a message saying so, wherever it

@@ -1,4 +1,4 @@
-"""The JSON shape of events and results (000 §11: snake_case, absent values omitted).
+"""The JSON shape of events and results: snake_case keys, absent values omitted.
 
 This module owns the one cattrs converter of the engine. Models stay free of serialization
 details; every adapter that writes or reads engine JSON goes through `to_jsonable`/`to_json` and
