@@ -1,0 +1,10 @@
+"""The engine's edges: one package per protocol or process the engine talks to.
+
+Each package turns one outside protocol into the engine's vocabulary and back: `a2a` and `agui`
+(remote agents, and a parent served as an A2A agent), `mcp` (the run-scoped tool endpoint),
+`inprocess` (async functions as agents), `parents` (what drives a run) and `listener` (what every
+HTTP listener of ours shares). Protocol SDKs are imported here, never in `engine`; the
+translation itself lives in sans-IO modules (`a2a._mapping`, `agui._encoder`, `mcp._tools`, ...)
+and the modules around them only move bytes. Adapters import `engine`, never `web`, `cli` or
+`demo`.
+"""

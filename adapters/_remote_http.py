@@ -8,8 +8,9 @@ and spreads each pool's connections over small httpcore pools, `ShardedTransport
 the values to redact for a credential are the header value and its token without the scheme
 (`credential_secrets`); and, when the host turns it on, every request says who is asking
 (`identity_headers`: the run's user, the tenant, `x-source`, and the lineage of the delegation),
-like kagent (seed 004). `task_text` is what a remote agent is asked, whatever its protocol. No
-I/O.
+as kagent's remote A2A subagents send `x-user-id`
+(https://github.com/kagent-dev/kagent/blob/main/docs/architecture/a2a-subagents.md). `task_text`
+is what a remote agent is asked, whatever its protocol. No I/O.
 """
 
 from __future__ import annotations

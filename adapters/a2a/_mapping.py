@@ -2,8 +2,8 @@
 
 `A2AEventMapper` translates what an A2A 1.0 agent says about one delegated task (`StreamResponse`
 items of a stream or a resubscription, `Task` snapshots from `GetTask`, the reply of a
-non-streaming `SendMessage`) into protocol-neutral `TargetUpdate`s (000 §9). It performs no I/O,
-never awaits and imports no Trio: the session in `adapters.a2a._target` moves bytes and calls it.
+non-streaming `SendMessage`) into protocol-neutral `TargetUpdate`s. It performs no I/O, never
+awaits and imports no Trio: the session in `adapters.a2a._target` moves bytes and calls it.
 
 It owns the protocol-level guards the engine cannot see, because they need A2A's own fields:
 the task id (events about another task are ignored and counted), exact repeats of an event
@@ -73,7 +73,7 @@ from engine import ArtifactRef, DelegationError, ErrorCode, Kind, TargetUpdate
 
 __all__ = ["DEFAULT_TEXT_ARTIFACT_NAMES", "A2AEventMapper", "status_of"]
 
-#: Artifact names that carry the remote's streamed assistant text (the seeds' `assistant-output`).
+#: Artifact names that carry the remote's streamed assistant text.
 DEFAULT_TEXT_ARTIFACT_NAMES: Final = frozenset({"assistant-output", "assistant_output", "response"})
 
 #: Distinct items remembered for duplicate detection, and artifacts tracked for snapshot diffs.
@@ -191,7 +191,7 @@ class A2AEventMapper:
         self._held: list[str] = []
         self._held_artifact = ""
         #: False for an agent that is polled: its assistant output arrives whole in snapshots,
-        #: and turning it into text deltas would invent streaming (000 §19 scenario 2). It is
+        #: and turning it into text deltas would invent streaming the remote never did. It is
         #: then an artifact reference, and its text the summary when the remote gives none.
         self.streaming = streaming
         self._output_text: list[str] = []
@@ -764,7 +764,7 @@ def _carried(struct: struct_pb2.Struct) -> dict[str, Any] | None:
 
 
 def _status_raw(status: TaskStatus, message: Message | None) -> dict[str, Any] | None:
-    """The small remote details a status has beyond its state and text (000 §9: preserve raw)."""
+    """The small remote details a status has beyond its state and text, kept raw."""
     raw: dict[str, Any] = {}
     if status.state not in _KNOWN_STATES:
         raw["state"] = int(status.state)

@@ -2,12 +2,12 @@
 
 `ParentTaskMapper` translates the journal events of one run, whose parent agent (Codex, Claude
 Code, the scripted parent) is served as an A2A 1.0 agent, into the a2a-sdk updates of the one A2A
-task that stands for that run: `TaskStatusUpdateEvent`s and `TaskArtifactUpdateEvent`s, ready to
-be enqueued on the SDK's event queue. It performs no I/O, never awaits and imports no Trio or
-asyncio: `adapters.a2a.serving` moves the events from the run's Trio thread to the SDK's asyncio loop
-and calls it. It is the mirror of `adapters.a2a._mapping` (what a remote A2A agent says ->
-engine events) and must stay readable by it: what this module writes, the engine's own A2A
-client reads without a `malformed_remote_payload` (the fuzz harness checks exactly that).
+task that stands for that run: `TaskStatusUpdateEvent`s and `TaskArtifactUpdateEvent`s, ready to be
+enqueued on the SDK's event queue. It performs no I/O, never awaits and imports no Trio or asyncio:
+`adapters.a2a.serving` moves the events from the run's Trio thread to the SDK's asyncio loop and
+calls it. It is the mirror of `adapters.a2a._mapping` (what a remote A2A agent says -> engine
+events) and must stay readable by it: what this module writes, the engine's own A2A client reads
+without a `malformed_remote_payload` (the fuzz harness checks exactly that).
 
 Theory of operation. Feed it the events of the run in journal order, in batches (`feed`); it
 returns the updates to publish, in order. Which events become what, and why:

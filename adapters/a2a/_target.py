@@ -9,8 +9,9 @@ with `CancelTask` (tenant and structured metadata included). The translation of 
 says into engine updates is `adapters.a2a._mapping` (sans-IO); this module only moves bytes.
 
 Streams are left by cancelling the enclosing Trio scope (the delegation actor does that), never
-by abandoning the SDK's iterator (FACTS.md: `break` leaves its generators unclosed). Every error
-the SDK or httpx raises becomes a typed `DelegationError` whose message never carries a credential.
+by abandoning the SDK's iterator (with a2a-sdk 1.3.0, `break` leaves its nested async generators
+unclosed). Every error the SDK or httpx raises becomes a typed `DelegationError` whose message
+never carries a credential.
 """
 
 from __future__ import annotations
@@ -133,7 +134,9 @@ class A2AAgentConfig:
     auth_header: tuple[str, str] | None = attrs.field(default=None, repr=False)
     trusted_origins: tuple[str, ...] = ()
     forward_headers: Mapping[str, str] = attrs.field(factory=dict)
-    #: Send who is asking with every call (like kagent, seed 004): `x-user-id` (the run's
+    #: Send who is asking with every call (as kagent's remote A2A subagents do with `x-user-id`:
+    #: https://github.com/kagent-dev/kagent/blob/main/docs/architecture/a2a-subagents.md,
+    #: "User ID and session tagging"): `x-user-id` (the run's
     #: `metadata["user_id"]`), `x-tenant`, `x-source: subagent-engine` and the lineage
     #: `x-parent-run-id`, `x-parent-tool-call-id`, `x-delegation-id`.
     forward_identity: bool = False

@@ -5,8 +5,10 @@ of the offending event. It is sans-IO and keeps no state between checks: `Stream
 decoded events (dicts, as `parse_sse` returns them) one at a time; `check_events` and
 `check_frames` run it over a whole capture. It must not repair anything: the encoder does that.
 
-The rules are @ag-ui/client 1.0.0's `verifyEvents` plus the ones it leaves out (FACTS.md, 002,
-000 §20.5), each a `Rule` constant:
+The rules are @ag-ui/client 1.0.0's `verifyEvents` (the "Rules clients enforce" of
+https://docs.ag-ui.com/concepts/subagents) plus the ones it leaves out (it checks neither that a
+stream ends with RUN_FINISHED / RUN_ERROR nor that a tag names an open subagent), each a `Rule`
+constant:
 
 - every event is an AG-UI 1.0 event: a known type whose fields validate against the
   `ag-ui-protocol` models, camelCase keys, no `null` for an absent field (`malformed_event`);
@@ -18,7 +20,7 @@ The rules are @ag-ui/client 1.0.0's `verifyEvents` plus the ones it leaves out (
 - start/end discipline per text message id, tool call id, reasoning span and reasoning message
   id, step (keyed by owner and name) and subagent run id: no second start while open, content and
   ends only for open ids;
-- owner consistency (002's OwnerMismatch, as @ag-ui/client 1.0.0 checks it): a continuation, end
+- owner consistency (OwnerMismatch, as @ag-ui/client 1.0.0 checks it): a continuation, end
   or re-open that names a different subagent than the one that first opened the id in this run
   (messages, tool calls, reasoning, activities, encrypted values); a tool call tagged unlike the
   message that carries it; a step finished by another owner than the one that started it. A bare
@@ -27,12 +29,12 @@ The rules are @ag-ui/client 1.0.0's `verifyEvents` plus the ones it leaves out (
 - subagents: a nested SUBAGENT_STARTED names a parent started in this run; an id is announced
   once per run
   (@ag-ui/client refuses a second announcement in the same run even after a `suspended`
-  outcome; 002's continuation re-announces it in the run that resumes); SUBAGENT_FINISHED /
+  outcome; a continuation re-announces it in the run that resumes); SUBAGENT_FINISHED /
   SUBAGENT_ERROR close an open id;
 - tool results answer a call that was started, after its TOOL_CALL_END, and after every subagent
   that call spawned has ended (agents as tools: the subagent's terminal before the result);
 - nothing is open at RUN_FINISHED: text, tool calls, steps, reasoning, subagents;
-- CUSTOM `subagent.*` groups (000 §10, untagged CUSTOM events whose value names a
+- CUSTOM `subagent.*` groups (the `custom` mode: untagged CUSTOM events whose value names a
   `delegationId`): events only inside a group opened by `subagent.started`, exactly one
   terminal (`subagent.finished` / `failed` / `cancelled`), none open at RUN_FINISHED, and the
   group's terminal before its parent tool call's result;

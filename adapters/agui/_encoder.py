@@ -14,7 +14,7 @@ every emitted event against those models. Dicts rather than models because the e
 hot path of every viewer (`json.dumps` of a dict is ~2.5x an `EventEncoder.encode`). Optional
 fields without a value are left out: nothing on the wire is `null`.
 
-Modes (002, 000 §10, §18):
+Modes (AG-UI subagents and their compatibility: https://docs.ag-ui.com/concepts/subagents):
 
 - `attributed` (default): SUBAGENT_STARTED (name, parentToolCallId, parentMessageId,
   parentSubagentRunId for a delegation spawned by another subagent's tool call, metadata with the
@@ -27,10 +27,10 @@ Modes (002, 000 §10, §18):
   `<delegation id>-input-<sequence>`; the subagent stays open while the host waits for the
   answer, and a delegation that ends waiting (status `input_required`) ends with
   SUBAGENT_FINISHED and a `suspended` outcome naming that interrupt. A subagent id is never
-  announced twice in one run: @ag-ui/client 1.0.0 refuses that, 002's continuation (the same id
-  again) is for the run that resumes it.
+  announced twice in one run: @ag-ui/client 1.0.0 refuses that; a continuation (the same id
+  again, AG-UI "Suspension") is for the run that resumes it.
 - `custom`: the parent's events as AG-UI events; every delegation event is a CUSTOM event named
-  `subagent.*` whose value carries 000 §10's fields (runId, parentToolCallId, delegationId,
+  `subagent.*` whose value carries the delegation's identity (runId, parentToolCallId, delegationId,
   agentKey, agentName, remoteTaskId, remoteContextId, messageId, delta) plus the event's own
   (status, text, artifact, error, toolCallId, ...), camelCase.
 - `inline`: the pre-subagent shape. A subagent's text, reasoning and tool calls arrive as the
@@ -54,13 +54,14 @@ waits for the nested subagents that call spawned, as for delegations.
 Ordering guarantees, whatever the entries: the first event is RUN_STARTED (synthesized if
 needed); the parent's tool call that spawned a subagent is closed (TOOL_CALL_END) before the
 subagent is announced, and that call's TOOL_CALL_RESULT is held back until every subagent it
-spawned has ended or suspended (agents as tools, 002); a delegation event without a visible start
-gets a synthesized one; content for a message or tool call that was never opened opens it; a run
-terminal first closes every open subagent (SUBAGENT_ERROR / `subagent.cancelled`, code
-`run_closed`), releases held results, and closes every open text message, reasoning message and
-tool call; exactly one RUN_FINISHED (success, or `outcome: cancelled`) or RUN_ERROR, and nothing
-after it. Subagent message and tool-call ids are prefixed with the delegation id unless they
-already start with it, so two remotes that both say `msg-1` never collide.
+spawned has ended or suspended (agents as tools: the subagent is the call's work); a delegation
+event without a visible start gets a synthesized one; content for a message or tool call that was
+never opened opens it; a run terminal first closes every open subagent (SUBAGENT_ERROR /
+`subagent.cancelled`, code `run_closed`), releases held results, and closes every open text
+message, reasoning message and tool call; exactly one RUN_FINISHED (success, or `outcome:
+cancelled`) or RUN_ERROR, and nothing after it. Subagent message and tool-call ids are prefixed
+with the delegation id unless they already start with it, so two remotes that both say `msg-1`
+never collide.
 
 Odd input never raises (unless `strict=True`, for tests): events after the terminal, after their
 delegation's terminal, duplicates and closes of unknown ids are dropped and counted in `dropped`
@@ -151,7 +152,7 @@ _CLOSED: Final = "closed"
 
 _NESTED_LIFECYCLE: Final = frozenset({Kind.NESTED_STARTED, *Kind.NESTED_TERMINALS})
 _FINISHES: Final = frozenset({Kind.FINISHED, Kind.NESTED_FINISHED})
-#: A finish with one of these statuses is a suspension (002), not a success.
+#: A finish with one of these statuses is a suspension (AG-UI `outcome: suspended`), not a success.
 _SUSPENDED_STATUSES: Final = frozenset({"input_required", "suspended"})
 
 
@@ -627,7 +628,7 @@ class AguiStreamEncoder:
         self._delegations[nid] = self._open_subagents[nid] = nested
         call = self._calls.get(call_id) if call_id else None
         if call is not None and call.open:
-            # Agents as tools (002), one level down: the call closes, then the subagent runs.
+            # Agents as tools, one level down: the call closes, then the subagent runs.
             call.open = False
             out.append(_tagged({"type": _TOOL_END, "toolCallId": call_id}, call.tag))
         if self.mode == "attributed":
@@ -669,7 +670,7 @@ class AguiStreamEncoder:
         delegation = _Delegation(did, _OPEN, call_id, parent_subagent, event, root=did)
         self._delegations[did] = self._open_subagents[did] = delegation
         if call is not None and call.open:
-            # Agents as tools (002): the consumer sees the call close, then the subagent.
+            # Agents as tools: the consumer sees the call close, then the subagent.
             call.open = False
             out.append(_tagged({"type": _TOOL_END, "toolCallId": call_id}, call.tag))
         if self.mode == "attributed":
@@ -993,7 +994,7 @@ class AguiStreamEncoder:
         out.append(_tagged(start, tag))
         return call
 
-    # -- CUSTOM payloads (000 §10) -----------------------------------------------------------
+    # -- CUSTOM payloads ---------------------------------------------------------------------
 
     def _custom_event(
         self, event: DelegationEvent, *, tag: str | None = None, interrupt_id: str | None = None
@@ -1008,7 +1009,7 @@ class AguiStreamEncoder:
         return _tagged({"type": _CUSTOM, "name": name, "value": value}, tag)
 
     def _payload(self, event: DelegationEvent) -> dict[str, Any]:
-        """000 §10's value fields first, then the event's own, camelCase, no nulls."""
+        """The delegation's identity fields first, then the event's own, camelCase, no nulls."""
         value = _drop_none(
             {
                 "runId": event.run_id or self.run_id,

@@ -1,12 +1,11 @@
 """Where a remote AG-UI agent's stream becomes engine updates (sans-IO).
 
 `AguiRemoteMapper` translates the SSE body of a remote AG-UI agent's run (the response to the
-`RunAgentInput` the engine POSTed, 000 §9 "Remote AG-UI to DelegationEvent") into
-protocol-neutral `TargetUpdate`s. It performs no I/O, never awaits and imports no Trio: the
-session in `adapters.agui._target` moves bytes and calls it. It never raises either: malformed
-input sets `error` (a `DelegationError`, `malformed_remote_payload`; `stream_interrupted` for a
-stream that ended without a terminal), returns the updates of everything before it, and ignores
-everything after it. The caller emits what it got, then raises `error`.
+`RunAgentInput` the engine POSTed) into protocol-neutral `TargetUpdate`s. It performs no I/O, never
+awaits and imports no Trio: the session in `adapters.agui._target` moves bytes and calls it. It
+never raises either: malformed input sets `error` (a `DelegationError`, `malformed_remote_payload`;
+`stream_interrupted` for a stream that ended without a terminal), returns the updates of everything
+before it, and ignores everything after it. The caller emits what it got, then raises `error`.
 
 It owns the rules of the remote's stream the engine cannot see, because they need AG-UI's own
 fields: SSE framing (`RemoteSseDecoder`: the rules of `adapters.agui._sse.parse_sse`, read
@@ -37,10 +36,10 @@ nested lifecycle (`subagent.nested.started` with `parent_subagent_id`, the spawn
 message; `subagent.nested.finished`, `status` `suspended` for a `suspended` outcome;
 `subagent.nested.failed`), and every update carries the remote subagent that produced it in
 `subagent_id`: an event's own `subagentRunId`, or for a continuation or end of a message or tool
-call, the subagent that opened it (002: the first writer stays the owner). The mapper only reads
-the remote's ids; `DelegationState` namespaces them, keeps one terminal each, continues a
-suspended one and folds what is deeper than the policy allows. `remote_subagents` records the
-announcements (bounded).
+call, the subagent that opened it (the first writer stays the owner: "Rules clients enforce",
+https://docs.ag-ui.com/concepts/subagents). The mapper only reads the remote's ids;
+`DelegationState` namespaces them, keeps one terminal each, continues a suspended one and folds
+what is deeper than the policy allows. `remote_subagents` records the announcements (bounded).
 """
 
 from __future__ import annotations
@@ -384,7 +383,7 @@ class AguiRemoteMapper:
             self.task_id = run_id
             out.append(self._update(Kind.STARTED, status="working", raw=raw))
             return
-        # The resume run (002: a continuation, the same subagent): news, not a second start.
+        # The resume run (a continuation of the same subagent): news, not a second start.
         raw["resumedFrom"] = previous
         out.append(
             self._update(Kind.STATUS, status="working", text=f"resumed as run {run_id}", raw=raw)
@@ -539,7 +538,7 @@ class AguiRemoteMapper:
 
     def _open_message(self, event: dict[str, Any], family: str) -> tuple[str, str | None]:
         """The id of the open message `event` continues, and who opened it: the first writer
-        stays the owner (002), whatever a continuation says."""
+        stays the owner, whatever a continuation says."""
         message_id = _id(event, "messageId")
         _attribution(event)
         opened = self._texts.get(message_id)

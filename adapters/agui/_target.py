@@ -244,7 +244,8 @@ class _AguiSession:
             ) as response:
                 await self._check_response(response, doing)
                 # Left by cancellation, never by `break` or an exception in the loop body: the
-                # Cancelled unwinds httpx's nested generators from the inside (FACTS.md).
+                # Cancelled unwinds httpx's nested generators from the inside (a `break` would
+                # leave them for the garbage collector to close).
                 with trio.CancelScope() as reading:
                     async for chunk in response.aiter_bytes():
                         if self._mapper.error is not None:

@@ -1,4 +1,4 @@
-"""In-process delegation targets: an async function as an agent (like 003's `Local`).
+"""In-process delegation targets: an async function as an agent.
 
 `InProcessTarget(agent_fn)` registers a plain async function as a delegation target. The function
 receives a `LocalTask`, through which it streams what a remote agent would: text (`say`,

@@ -3,7 +3,7 @@
 This module owns connecting an in-process parent (the scripted parent, tests, a host's own
 agent) to a run's `RunEndpoint` with the official `mcp` client. The client on its own reports
 a refused request (a wrong or revoked token, an unknown path, an oversized body) as a nested
-exception group whose message never mentions the HTTP status (FACTS.md); `connect()` watches
+exception group whose message never mentions the HTTP status (mcp 2.3.0); `connect()` watches
 the HTTP responses and raises `EndpointRefused` instead, with the status and the endpoint's own
 JSON reason. The token travels only in the Authorization header.
 """

@@ -1,4 +1,4 @@
-"""The `delegate_to_agent` tool contract over MCP (000 §11), sans-IO.
+"""The `delegate_to_agent` tool contract over MCP, sans-IO.
 
 This module owns what the MCP endpoint says and reads, with no I/O of its own: the tool list
 (the generic `delegate_to_agent` and the host's named shortcuts `delegate_to_<key>`, each
@@ -12,7 +12,8 @@ Arguments are validated by the engine's `parse_tool_input` (the one validator of
 contract, also fuzzed), so an unknown field, an `endpoint_url`, an oversized body or an out of
 range bound is refused before any outbound request, with the field it concerns.
 
-The parent tool-call id (strong correlation, 000 §13) comes from the call's `_meta`:
+The parent tool-call id (strong correlation, see `engine._correlation`) comes from the call's
+`_meta` (https://modelcontextprotocol.io/specification/2025-06-18/basic, "General fields"):
 `claudecode/toolUseId` (Claude Code) or `callId` (Codex). Ids are bounded and must be printable;
 anything else is ignored rather than trusted.
 """

@@ -9,13 +9,13 @@ take a line and give `ParentEvent`s, and say at the end what the output amounted
 `Verdict`). The small value types both parsers share live here too; they do no I/O.
 
 Stopping. Cancelling `drive_parent()` (that is, the parent agent's `run()`) stops the CLI: SIGINT
-to its process group (both CLIs then tell the MCP server, or at least close their session),
-SIGTERM after `interrupt_grace` seconds, SIGKILL after `terminate_grace` more, in a shielded scope.
-Then the run is cancelled, which cancels every delegation still running: the CLIs do not always
-tell the MCP endpoint that they gave up a call (FACTS.md: after SIGTERM neither does), so the
-engine never relies on them for it. A CLI that exits on its own has whatever it left behind in its
-process group killed (the group is signalled while the CLI is still unreaped, so its id cannot
-have been reused).
+to its process group (both CLIs then tell the MCP server, or at least close their session), SIGTERM
+after `interrupt_grace` seconds, SIGKILL after `terminate_grace` more, in a shielded scope. Then
+the run is cancelled, which cancels every delegation still running: the CLIs do not always tell the
+MCP endpoint that they gave up a call (after SIGTERM neither Claude Code 2.1.332 nor Codex 0.171.0
+sends anything), so the engine never relies on them for it. A CLI that exits on its own has
+whatever it left behind in its process group killed (the group is signalled while the CLI is still
+unreaped, so its id cannot have been reused).
 
 Failure. A binary that cannot be started, a non-zero exit, an output that never reached its
 normal end (garbage, a truncated stream), or a failure the output itself reports (an error result,
