@@ -1,4 +1,4 @@
-"""The A2A benchmark (`subagent-engine bench a2a`): one remote stream and a cancel cascade.
+"""The A2A benchmark (`python -m tools.bench a2a`): one remote stream and a cancel cascade.
 
 This module owns two measurements of the engine against a remote A2A agent, each printed beside
 what this machine does without the engine in the same run:
@@ -11,7 +11,8 @@ what this machine does without the engine in the same run:
   p99 < 100 ms), beside the same number of `cancel_task` calls made concurrently by a bare client.
 
 The remote is written here, not borrowed from the SDK: the SDK's reference server streams only
-~750-2,000 chunks/s (FACTS.md), far below either client, so it would measure itself. It is a raw
+~750-2,000 chunks/s (a2a-sdk 1.3.0 on 2 cores: its in-memory task store copies the task on every
+update), far below either client, so it would measure itself. It is a raw
 HTTP/1.1 JSON-RPC server (one request per connection, like `tools/peers/raw_a2a.py`), whose
 stream bodies are encoded once and written with one `send_all`. It runs in its own process
 (`python -m tools.bench.a2a --serve`, started and always stopped by `bench_a2a`), as a real remote
@@ -264,7 +265,7 @@ def _serve_main(argv: Sequence[str]) -> int:
     """`python -m tools.bench.a2a --serve [--port P] [--events N]`: the remote's own process."""
     parser = argparse.ArgumentParser(
         prog="python -m tools.bench.a2a",
-        description="the remote of `subagent-engine bench a2a`, in its own process",
+        description="the remote of `python -m tools.bench a2a`, in its own process",
     )
     parser.add_argument("--serve", action="store_true", help="run the remote (required)")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any)")
@@ -272,7 +273,7 @@ def _serve_main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     if not args.serve or args.events < 1:
         parser.error(
-            "run as --serve with --events >= 1; the benchmark is `subagent-engine bench a2a`"
+            "run as --serve with --events >= 1; the benchmark is `python -m tools.bench a2a`"
         )
     trio.run(_serve_until_stdin_closes, _Remote(streams=_streams(args.events)), args.port)
     return 0

@@ -1,4 +1,4 @@
-"""Micro-benchmarks printed beside this machine's own limits (`subagent-engine bench journal`).
+"""Micro-benchmarks printed beside this machine's own limits (`python -m tools.bench journal`).
 
 This module owns the journal benchmark: it measures a bare Trio memory channel (the ceiling for
 any in-process fan-out here), then a `RunJournal` appending a realistic event mix in batches and

@@ -1,4 +1,4 @@
-"""The scale benchmark (`subagent-engine bench scale`): how memory and time grow with delegations.
+"""The scale benchmark (`python -m tools.bench scale`): how memory and time grow with delegations.
 
 This module owns three measurements, each printed beside this machine's own limit measured in
 the same run:
@@ -403,7 +403,7 @@ def _memory_child_main(argv: Sequence[str]) -> int:
     figures in a fresh process, printed as one `RESULT <json>` line."""
     parser = argparse.ArgumentParser(
         prog="python -m tools.bench.scale",
-        description="one memory measurement of `subagent-engine bench scale`, in its own process",
+        description="one memory measurement of `python -m tools.bench scale`, in its own process",
     )
     parser.add_argument("--memory-child", type=int, required=True, metavar="N")
     parser.add_argument("--tiny", action="store_true", help="a tiny replay window")

@@ -1,4 +1,4 @@
-"""The SSE benchmark (`subagent-engine bench sse`): one viewer's stream, latency, a slow viewer.
+"""The SSE benchmark (`python -m tools.bench sse`): one viewer's stream, latency, a slow viewer.
 
 This module owns three measurements of the bundled server's viewer stream (`web.server`:
 `create_app` over a `RunHost`, served by `serve_app` on Hypercorn's Trio worker, 127.0.0.1:0,

@@ -1,6 +1,7 @@
 """A fault-injecting A2A 1.0 server built on the official a2a-sdk server.
 
-Run it in its own process (the SDK server needs asyncio; see FACTS.md)::
+Run it in its own process (a2a-sdk 1.3.0's server needs asyncio: under hypercorn's Trio worker
+every send-message call fails with "no running event loop")::
 
     python -m tools.peers.a2a_faulty --port 0 [--watch-stdin] [--log-level INFO]
 

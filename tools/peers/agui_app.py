@@ -42,12 +42,13 @@ Routes: ``POST /agents/<scenario>`` takes a `RunAgentInput` (validated with the 
   (``parentSubagentRunId``), whose text, reasoning and tool call are attributed to it; both
   finish (estimator first), then the call's result, the remote's own text, RUN_FINISHED.
 - ``nested_interrupt``: ``deleter`` (a subagent) asks, then ends ``suspended`` and the run ends
-  with an interrupt attributed to it. The resume run announces ``deleter`` again (002's
-  continuation), which says ``Deleted.`` and finishes; RUN_FINISHED ``approved``.
+  with an interrupt attributed to it. The resume run announces ``deleter`` again (a
+  continuation of the suspended subagent), which says ``Deleted.`` and finishes; RUN_FINISHED
+  ``approved``.
 - ``auth``: 401 unless ``Authorization: Bearer test-token``; then like a short ``stream``.
 - ``crlf``: like ``stream``, framed with CRLF line endings (legal SSE, sse-starlette's default).
 
-Fault scenarios for the soak (`web/soak.py`):
+Fault scenarios for the soak (`tools/soak`):
 
 - ``drop``: RUN_STARTED, a text message's start and one delta (``DROP_TEXT``), then the
   connection is aborted mid-body (the chunked response never ends: a transport error).
@@ -489,7 +490,7 @@ class Agent:
             ]
         return [
             started,
-            announce,  # the same id again: a continuation (002)
+            announce,  # the same id again: a continuation
             *_text("dm2", "Deleted.", subagent="deleter-1"),
             SubagentFinishedEvent(subagent_run_id="deleter-1"),
             RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id, result="approved"),

@@ -1930,7 +1930,7 @@ def run_soak(config: SoakConfig) -> SoakReport:
 def soak_main(
     *, minutes: float | None, seed: int | None, runs: int | None, concurrency: int, out: TextIO
 ) -> int:
-    """`subagent-engine soak`: print the summary table; 1 if anything was lost or leaked."""
+    """`python -m tools.soak`: print the summary table; 1 if anything was lost or leaked."""
     if seed is None:
         seed = random.SystemRandom().randrange(1 << 31)
     config = SoakConfig(
