@@ -47,6 +47,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import UnsupportedOperationError
 
+from adapters._asyncgens import closing_abandoned_generators
 from adapters.a2a import A2AAgentConfig, A2ATarget, validate_card
 from adapters.a2a.serving import (
     MAX_BATCHES_IN_FLIGHT,
@@ -68,12 +69,6 @@ from engine import (
 from tests.helpers.processes import ready_server
 from tests.node_packages import ensure_npm_packages
 from tools.peers.children import read_ready_port, stop_process_group
-
-pytestmark = pytest.mark.filterwarnings(
-    # The a2a-sdk JSON-RPC client raises a stream's error (SubscribeToTask on a finished task)
-    # while its inner SSE generator is suspended, and never closes that generator.
-    "ignore:Exception ignored in.*send_http_stream_request:pytest.PytestUnraisableExceptionWarning",
-)
 
 REPO = Path(__file__).resolve().parents[2]
 JSONRPC, REST = "JSONRPC", "HTTP+JSON"
@@ -168,7 +163,10 @@ async def delegate(spec: AgentSpec) -> tuple[DelegationResult, list[Any]]:
 
 @asynccontextmanager
 async def sdk_client(served: ServedAgent, binding: str) -> AsyncIterator[Client]:
-    async with httpx.AsyncClient(timeout=10.0) as http:
+    """The a2a-sdk client on one binding. Its streams are closed with the client, as the A2A
+    target closes them: the SDK closes no inner generator when a stream raises (a refused
+    SubscribeToTask, say)."""
+    async with closing_abandoned_generators(), httpx.AsyncClient(timeout=10.0) as http:
         card = await A2ACardResolver(http, served.base_url).get_agent_card()
         config = ClientConfig(httpx_client=http, supported_protocol_bindings=[binding])
         client = ClientFactory(config).create(card)
