@@ -183,8 +183,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for module, targets in sorted(graph.internal.items()):
             print(f"{module} -> {', '.join(sorted(targets)) or '-'}")
     else:
-        for package, targets in sorted(graph.packages().items()):
-            print(f"{package:9} -> {', '.join(sorted(targets)) or '-'}")
+        for package, imported in sorted(graph.packages().items()):
+            print(f"{package:9} -> {', '.join(sorted(imported)) or '-'}")
     found = cycles(graph)
     for group in found:
         print("cycle: " + " <-> ".join(group))
