@@ -4,7 +4,8 @@ the text a remote agent is given.
 This module owns the small rules the A2A and AG-UI targets must apply the same way: a configured
 credential header goes only to the agent's own origin and the origins the host explicitly trusts
 (`OriginBoundAuth`, used by `http_pools`, which also gives control calls a pool of their own,
-and spreads each pool's connections over small httpcore pools, `ShardedTransport`);
+and spreads each pool's connections over small httpcore pools, `ShardedTransport`; a target
+holds them as `RemotePools`, which open anew after being closed);
 the values to redact for a credential are the header value and its token without the scheme
 (`credential_secrets`); and, when the host turns it on, every request says who is asking
 (`identity_headers`: the run's user, the tenant, `x-source`, and the lineage of the delegation),
@@ -15,6 +16,7 @@ is what a remote agent is asked, whatever its protocol. No I/O.
 
 from __future__ import annotations
 
+import functools
 import ssl
 import urllib.request
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -28,6 +30,7 @@ from engine import DelegationTask
 __all__ = [
     "SHARD_REQUESTS",
     "OriginBoundAuth",
+    "RemotePools",
     "ShardedTransport",
     "credential_secrets",
     "http_pools",
@@ -200,6 +203,44 @@ def http_pools(
         )
 
     return new_pool(), new_pool()
+
+
+class RemotePools:
+    """A remote target's two pools (`http_pools`: `streams` and `control`). `aclose()` closes
+    the pools it opened (a caller-given client stays the caller's to close) and is idempotent;
+    `reopen()` opens them anew once closed, so a target closed with one engine serves the next
+    engine it is registered with."""
+
+    def __init__(
+        self,
+        home_url: str,
+        *,
+        trusted_origins: Sequence[str],
+        auth_header: tuple[str, str] | None,
+        forward_headers: Mapping[str, str],
+        request_timeout: float,
+        http: httpx.AsyncClient | None,
+    ) -> None:
+        self._open = functools.partial(
+            http_pools,
+            home_url,
+            trusted_origins=trusted_origins,
+            auth_header=auth_header,
+            forward_headers=forward_headers,
+            request_timeout=request_timeout,
+            http=http,
+        )
+        self._owned = http is None
+        self.streams, self.control = self._open()
+
+    def reopen(self) -> None:
+        if self._owned and self.streams.is_closed:
+            self.streams, self.control = self._open()
+
+    async def aclose(self) -> None:
+        if self._owned:
+            await self.streams.aclose()
+            await self.control.aclose()
 
 
 def identity_headers(task: DelegationTask, tenant: str | None) -> dict[str, str]:

@@ -3,8 +3,9 @@
 This module owns concurrency and lifetimes; the rules live elsewhere (`DelegationState` for a
 delegation's lifecycle, `RunJournal` for the run's ordering, `LaneBuffer` for QoS).
 
-- `Engine` owns the registry, the limits, a nursery in which every run actor lives, and the
-  recorded results of recent runs.
+- `Engine` owns the registry and its targets' lifetimes (each prepared when the engine opens,
+  closed when it closes: see `engine._targets`), the limits, a nursery in which every run actor
+  lives, and the recorded results of recent runs.
 - `RunActor` (one per run) owns the run's journal, its mailbox (a `LaneBuffer` every producer
   sends into) and the single writer task that moves the mailbox into the journal, and a nursery
   of delegation actors. `Run` is the handle its opener uses.
@@ -59,7 +60,14 @@ from engine._results import (
     RemoteCancel,
     Status,
 )
-from engine._targets import Answer, DelegationTask, TargetSession, TargetUpdate
+from engine._targets import (
+    Answer,
+    DelegationTask,
+    Target,
+    TargetPrepareError,
+    TargetSession,
+    TargetUpdate,
+)
 
 __all__ = ["DelegationActor", "DelegationHandle", "Engine", "Run", "RunActor", "open_run"]
 
@@ -78,9 +86,11 @@ def _new_id(prefix: str) -> str:
 class Engine:
     """The process-level root of the actor tree. Use as an async context manager.
 
-    Closing the engine cancels every run still open (and so every delegation, down to the
-    remote tasks). Recorded results and journals of the last `limits.retained_closed_runs`
-    closed runs stay readable through `Engine.journal()` and `Engine.results()`.
+    Opening the engine prepares every registered target (`TargetPrepareError` if one cannot
+    work as configured). Closing it cancels every run still open (and so every delegation, down
+    to the remote tasks), then closes every target. Recorded results and journals of the last
+    `limits.retained_closed_runs` closed runs stay readable through `Engine.journal()` and
+    `Engine.results()`.
     """
 
     def __init__(
@@ -116,6 +126,14 @@ class Engine:
         self._thread_contexts: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     async def __aenter__(self) -> Engine:
+        """Prepare every registered target (see `engine._targets`), then open the engine.
+        Raises `TargetPrepareError`, with every target closed again, when one cannot work as
+        configured; a target whose remote is only unreachable does not hold the engine back."""
+        try:
+            await self._prepare_targets()
+        except BaseException:
+            await self._close_targets()
+            raise
         self._nursery_cm = trio.open_nursery()
         self._nursery = await self._nursery_cm.__aenter__()
         return self
@@ -141,7 +159,73 @@ class Engine:
             raise
         finally:
             self._nursery = None
+            await self._close_targets()
         return False
+
+    def _targets(self) -> dict[int, tuple[str, Target]]:
+        """Each registered target once (one object may serve several keys), by identity:
+        targets need not be hashable."""
+        targets: dict[int, tuple[str, Target]] = {}
+        for spec in self.registry:
+            targets.setdefault(id(spec.target), (spec.key, spec.target))
+        return targets
+
+    async def _prepare_targets(self) -> None:
+        """Prepare every target at once, bounded by `limits.prepare_timeout`; collect the ones
+        that cannot work as configured. Retryable errors and the timeout only log: the
+        delegation prepares again (its failure, if any, is then the delegation's result)."""
+        refused: dict[str, DelegationError] = {}
+
+        async def prepare(key: str, target: Target) -> None:
+            try:
+                await target.prepare()
+            except DelegationError as error:
+                if error.retryable:
+                    log.warning(
+                        "agent %s is not ready yet (%s); it is prepared again before each "
+                        "delegation",
+                        key,
+                        error,
+                    )
+                else:
+                    refused[key] = error
+            except Exception as exc:
+                refused[key] = DelegationError(
+                    code=ErrorCode.INTERNAL_ERROR,
+                    message=self._redactor.text(
+                        f"Preparing the target raised {type(exc).__name__}: {exc}"[:2000]
+                    ),
+                    retryable=False,
+                    metadata={"exception": type(exc).__name__},
+                )
+
+        with trio.move_on_after(self.limits.prepare_timeout) as deadline:
+            async with trio.open_nursery() as nursery:
+                for key, target in self._targets().values():
+                    nursery.start_soon(prepare, key, target, name=f"prepare {key}")
+        if deadline.cancelled_caught:
+            log.warning(
+                "some agents were not ready within %g s; they are prepared again before their "
+                "first delegation",
+                self.limits.prepare_timeout,
+            )
+        if refused:
+            raise TargetPrepareError({key: refused[key] for key in sorted(refused)})
+
+    async def _close_targets(self) -> None:
+        """Close every target, shielded (whatever ended the engine) and bounded together by
+        `RUN_CLOSE_TIMEOUT`; a target that fails to close is logged, never raised."""
+
+        async def close(key: str, target: Target) -> None:
+            try:
+                await target.aclose()
+            except Exception as exc:
+                log.warning("agent %s: closing its target failed: %r", key, exc)
+
+        with trio.CancelScope(shield=True), trio.move_on_after(RUN_CLOSE_TIMEOUT):
+            async with trio.open_nursery() as nursery:
+                for key, target in self._targets().values():
+                    nursery.start_soon(close, key, target, name=f"close {key}")
 
     def _make_store(self, run_id: str) -> JournalStore:
         if self._store_factory is not None:
@@ -658,9 +742,7 @@ class DelegationActor:
 
     async def _execute(self) -> None:
         target = self.spec.target
-        prepare = getattr(target, "prepare", None)
-        if prepare is not None:
-            await prepare()  # e.g. fetch and validate a remote agent card (cached by the target)
+        await target.prepare()  # e.g. fetch and validate a remote agent card (cached by the target)
         caps = target.capabilities
         stream = caps.streaming and self.request.stream is not False
         if self.policy.require_streaming and not caps.streaming:
@@ -680,20 +762,19 @@ class DelegationActor:
             metadata=self.run_actor.metadata,  # e.g. user_id, for targets that forward identity
         )
         assert self.nursery is not None
-        self._session = target.open_session(task, self.nursery)
-        fingerprint = getattr(self._session, "card_fingerprint", None)
-        if isinstance(fingerprint, str) and fingerprint:  # on results that fail before any update
-            self.state.card_fingerprint = fingerprint
-        card_name = getattr(self._session, "agent_name", None)
-        if not self.spec.display_name and isinstance(card_name, str) and card_name.strip():
+        session = self._session = target.open_session(task, self.nursery)
+        if session.card_fingerprint:  # on results that fail before any update
+            self.state.card_fingerprint = session.card_fingerprint
+        card_name = session.agent_name
+        if not self.spec.display_name and card_name and card_name.strip():
             # The remote's own name (its card) when the host named the agent by key only.
             name = valid_text(card_name.strip()[:200])
             self.identity = attrs.evolve(self.identity, agent_name=name)
             self.state.identity = self.identity
         self._sent_task = True
-        await self._call(self._session.start)
+        await self._call(session.start)
         # A session may have fallen back from streaming to polling (policy permitting).
-        stream = bool(getattr(self._session, "streaming", stream))
+        stream = stream and session.streaming
         polls = 0
         recoveries = 0
         state = self.state
@@ -850,7 +931,7 @@ class DelegationActor:
     async def _cancel_remote(self) -> str:
         if self._session is None or not self._sent_task:
             return RemoteCancel.NOT_NEEDED
-        if getattr(self._session, "remote_may_run", True) is False:
+        if not self._session.remote_may_run:
             return RemoteCancel.NOT_NEEDED  # refused, or its stream already carried its end
         if not self.spec.target.capabilities.cancel:
             return RemoteCancel.UNSUPPORTED

@@ -152,6 +152,9 @@ class EngineLimits:
     run_mailbox_bytes: int = attrs.field(default=1 << 20, validator=_positive)
     #: Closed runs whose journals and results stay readable (for reconnecting viewers).
     retained_closed_runs: int = attrs.field(default=64, validator=_non_negative)
+    #: How long opening the engine waits for its targets to prepare (fetch their cards); one
+    #: not ready by then is prepared again before its first delegation.
+    prepare_timeout: float = attrs.field(default=10.0, validator=_positive)
 
 
 def _agent_key(_: Any, __: Any, value: str) -> None:
@@ -189,10 +192,9 @@ class AgentSpec:
 
     @property
     def all_secrets(self) -> tuple[str, ...]:
-        """`secrets` plus whatever the target says it holds (its `secrets` attribute, if any),
-        so a host that forgets to copy a target's credentials here is still covered."""
-        own = getattr(self.target, "secrets", ())
-        return tuple(dict.fromkeys((*self.secrets, *own)))
+        """`secrets` plus what the target says it sends (`Target.secrets`), so a host that
+        forgets to copy a target's credentials here is still covered."""
+        return tuple(dict.fromkeys((*self.secrets, *self.target.secrets)))
 
 
 class Registry:

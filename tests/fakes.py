@@ -14,6 +14,8 @@ import trio
 
 from engine import (
     Answer,
+    BaseTarget,
+    BaseTargetSession,
     DelegationError,
     DelegationTask,
     Emit,
@@ -48,8 +50,9 @@ def finished(summary: str | None = None) -> TargetUpdate:
 
 
 @attrs.define
-class ScriptedTarget:
-    """Each session method plays its script: a list of steps consumed one per call."""
+class ScriptedTarget(BaseTarget):
+    """Each session method plays its script: a list of steps consumed one per call. `closed`
+    counts session closes; `prepares` and `target_closes` the engine's calls on the target."""
 
     start: list[Step] = attrs.field(factory=list)
     resubscribe: list[Step] = attrs.field(factory=list)
@@ -61,13 +64,21 @@ class ScriptedTarget:
     answers: list[Answer] = attrs.field(factory=list)
     tasks: list[DelegationTask] = attrs.field(factory=list)
     closed: int = 0
+    prepares: int = 0
+    target_closes: int = 0
+
+    async def prepare(self) -> None:
+        self.prepares += 1
 
     def open_session(self, task: DelegationTask, nursery: trio.Nursery) -> _ScriptedSession:
         self.tasks.append(task)
         return _ScriptedSession(self)
 
+    async def aclose(self) -> None:
+        self.target_closes += 1
 
-class _ScriptedSession:
+
+class _ScriptedSession(BaseTargetSession):
     def __init__(self, target: ScriptedTarget) -> None:
         self.target = target
 

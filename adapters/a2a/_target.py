@@ -16,6 +16,7 @@ never carries a credential.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -52,14 +53,15 @@ from google.protobuf.json_format import ParseError
 
 from adapters._asyncgens import closing_abandoned_generators
 from adapters._remote_http import (
+    RemotePools,
     credential_secrets,
-    http_pools,
     identity_headers,
     task_text,
 )
 from adapters.a2a._card import CardInfo, validate_card
 from adapters.a2a._mapping import A2AEventMapper
 from engine import (
+    AgentDescription,
     Answer,
     DelegationError,
     DelegationTask,
@@ -156,14 +158,15 @@ class A2AAgentConfig:
 
 
 class A2ATarget:
-    """One host-registered A2A agent. Call `await prepare()` (the engine does, before each
-    delegation) to fetch and validate its card; the result is cached for `CARD_TTL_SECONDS`."""
+    """One host-registered A2A agent. `await prepare()` (the engine does, when it opens and
+    before each delegation) fetches and validates its card; the result is cached for
+    `CARD_TTL_SECONDS`. `aclose()` closes its HTTP pools (not a caller-given `http`); a later
+    `prepare()` opens them anew."""
 
     def __init__(self, config: A2AAgentConfig, *, http: httpx.AsyncClient | None = None) -> None:
         self.config = config
         self._redactor = Redactor(config.secrets)
-        self._owns_http = http is None
-        self._http, self._control_http = http_pools(
+        self._pools = RemotePools(
             config.card_url,
             trusted_origins=config.trusted_origins,
             auth_header=config.auth_header,
@@ -193,20 +196,41 @@ class A2ATarget:
             streaming=streaming, resubscribe=streaming, poll=True, cancel=True, input=True
         )
 
+    @property
+    def description(self) -> AgentDescription | None:
+        """The card's name, description and skill names (None before a card was fetched)."""
+        info = self.card_info
+        if info is None:
+            return None
+        return AgentDescription(
+            name=info.name,
+            description=info.description,
+            skills=tuple(skill.name or skill.id for skill in info.skills if skill.name or skill.id),
+        )
+
     async def prepare(self) -> None:
         """Fetch and validate the card unless a fresh one is cached. Raises `DelegationError`
-        (`agent_unavailable`) for an unreachable or malformed card."""
+        (`agent_unavailable`): retryable for an unreachable card, not retryable for a malformed
+        one (unreadable JSON, not an Agent Card, or one the engine cannot use)."""
         async with self._lock:
+            self._pools.reopen()
             if time.monotonic() - self._card_fetched_at < CARD_TTL_SECONDS and self.card:
                 return
             try:
                 base, path = _split_card_url(self.config.card_url)
-                resolver = A2ACardResolver(self._http, base, agent_card_path=path)
+                resolver = A2ACardResolver(self._pools.streams, base, agent_card_path=path)
                 card = await resolver.get_agent_card()
             except (A2AError, httpx.HTTPError, *_UNREADABLE) as exc:
-                raise self._error(
-                    ErrorCode.AGENT_UNAVAILABLE, "fetching the agent card", exc
-                ) from None
+                error = self._error(ErrorCode.AGENT_UNAVAILABLE, "fetching the agent card", exc)
+                if isinstance(exc, _UNREADABLE) or _is_malformed(exc):
+                    # The same document fails the same way: a card to fix, not a remote to wait
+                    # for (`validate_card` says the same of a card it cannot use).
+                    error = attrs.evolve(
+                        error,
+                        retryable=False,
+                        metadata={**(error.metadata or {}), "reason": "unreadable"},
+                    )
+                raise error from None
             info = validate_card(card)
             self._card_fetched_at = time.monotonic()
             if info.fingerprint == self.fingerprint:
@@ -229,7 +253,7 @@ class A2ATarget:
             factory = ClientFactory(
                 ClientConfig(
                     streaming=streaming and not control,
-                    httpx_client=self._control_http if control else self._http,
+                    httpx_client=self._pools.control if control else self._pools.streams,
                     supported_protocol_bindings=list(self.config.bindings),
                     use_client_preference=self.config.prefer_own_bindings,
                 )
@@ -245,8 +269,7 @@ class A2ATarget:
 
     def _error(self, code: str, doing: str, exc: BaseException) -> DelegationError:
         detail = self._redactor.text(str(exc) or type(exc).__name__)[:300]
-        status_code = getattr(getattr(exc, "response", None), "status_code", None)
-        if status_code in (401, 403) or "401" in detail or "403" in detail:
+        if _http_status(exc) in (401, 403) or _AUTH_REFUSED.search(detail):
             code = ErrorCode.REMOTE_REJECTED
             detail = f"authentication refused ({detail})"
         return DelegationError(
@@ -259,12 +282,12 @@ class A2ATarget:
         return _A2ASession(self, task, nursery)
 
     async def aclose(self) -> None:
-        for client in self._clients.values():
-            await client.close()
+        """Close the SDK clients and the pools; idempotent. Called once every session ended."""
+        clients = list(self._clients.values())
         self._clients.clear()
-        if self._owns_http:
-            await self._http.aclose()
-            await self._control_http.aclose()
+        for client in clients:
+            await client.close()
+        await self._pools.aclose()
 
 
 def _split_card_url(card_url: str) -> tuple[str, str]:
@@ -291,6 +314,22 @@ def _causes(exc: BaseException) -> list[BaseException]:
         chain.append(current)
         current = current.__cause__ or current.__context__
     return chain
+
+
+#: How an SDK error that lost its response says the remote refused our credential. Not any
+#: "401" in the text: a URL's port may hold one.
+_AUTH_REFUSED: Final = re.compile(r"\bHTTP (?:Error )?40[13]\b")
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status of the response `exc` (or what it was raised from) is about, if any."""
+    for cause in _causes(exc):
+        status = getattr(cause, "status_code", None)
+        if status is None:
+            status = getattr(getattr(cause, "response", None), "status_code", None)
+        if isinstance(status, int):
+            return status
+    return None
 
 
 def _is_malformed(exc: BaseException) -> bool:
@@ -334,10 +373,13 @@ class _A2ASession:
         #: The validated card this delegation uses (the actor puts it on every result), and the
         #: name it gives the agent (shown when the host gave no display name).
         self.card_fingerprint = target.fingerprint
-        info = getattr(target, "card_info", None)
+        info = target.card_info
         self.agent_name: str | None = info.name if info is not None else None
         #: False once a refused streaming send fell back to polling (the actor reads it).
         self.streaming = task.stream
+        #: The session cannot tell whether a task it sent ended: its `cancel` finds out (and
+        #: confirms at once when nothing was sent).
+        self.remote_may_run = True
 
     def _context(self) -> ClientCallContext | None:
         config = self._target.config

@@ -41,13 +41,14 @@ import trio
 from ag_ui.core import PROTOCOL_VERSION, Context, ResumeEntry, RunAgentInput, UserMessage
 
 from adapters._remote_http import (
+    RemotePools,
     credential_secrets,
-    http_pools,
     identity_headers,
     task_text,
 )
 from adapters.agui._remote import MAX_FRAME_BYTES, AguiRemoteMapper
 from engine import (
+    AgentDescription,
     Answer,
     DelegationError,
     DelegationTask,
@@ -112,13 +113,17 @@ class AguiAgentConfig:
 
 
 class AguiTarget:
-    """One host-registered AG-UI agent endpoint (`AgentSpec(protocol="agui", target=...)`)."""
+    """One host-registered AG-UI agent endpoint (`AgentSpec(protocol="agui", target=...)`).
+    An endpoint has no card: nothing to fetch before a run, nothing it says of itself.
+    `aclose()` closes its HTTP pools (not a caller-given `http`); `prepare()` opens them anew."""
+
+    #: AG-UI has no self-description (no card): the host's words are all a listing shows.
+    description: AgentDescription | None = None
 
     def __init__(self, config: AguiAgentConfig, *, http: httpx.AsyncClient | None = None) -> None:
         self.config = config
         self._redactor = Redactor(config.secrets)
-        self._owns_http = http is None
-        self._http, self._control_http = http_pools(
+        self._pools = RemotePools(
             config.url,
             trusted_origins=config.trusted_origins,
             auth_header=config.auth_header,
@@ -142,13 +147,16 @@ class AguiTarget:
             input=True,
         )
 
+    async def prepare(self) -> None:
+        """Nothing to fetch; reopens the pools if a previous engine closed them."""
+        self._pools.reopen()
+
     def open_session(self, task: DelegationTask, nursery: trio.Nursery) -> _AguiSession:
         return _AguiSession(self, task)
 
     async def aclose(self) -> None:
-        if self._owns_http:
-            await self._http.aclose()
-            await self._control_http.aclose()
+        """Close the pools; idempotent. Called once every session ended."""
+        await self._pools.aclose()
 
     def _error(self, code: str, doing: str, detail: str) -> DelegationError:
         detail = self._redactor.text(detail)[:300]
@@ -169,6 +177,7 @@ class _AguiSession:
         #: The run id of the last `RunAgentInput` sent (the remote's own is `remote_run_id`).
         self.run_id: str | None = None
         self.card_fingerprint: str | None = None  # AG-UI agents have no card
+        self.agent_name: str | None = None  # nor a name of their own
         self.streaming = True
         self._user_message = UserMessage(
             id=f"msg-{uuid.uuid4().hex}", role="user", content=task_text(task)
@@ -239,7 +248,7 @@ class _AguiSession:
         # From here the remote may hold a run, even if we are cancelled before its answer.
         self._sent = True
         try:
-            async with target._http.stream(
+            async with target._pools.streams.stream(
                 "POST", target.config.url, json=body, headers=self._headers()
             ) as response:
                 await self._check_response(response, doing)
@@ -368,7 +377,7 @@ class _AguiSession:
             "reason": "cancelled by the delegating run",
         }
         try:
-            response = await self._target._control_http.post(
+            response = await self._target._pools.control.post(
                 url, json=body, headers=self._headers()
             )
         except httpx.HTTPError:

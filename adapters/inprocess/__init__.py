@@ -24,6 +24,8 @@ import trio
 from engine import (
     Answer,
     ArtifactRef,
+    BaseTarget,
+    BaseTargetSession,
     DelegationError,
     DelegationTask,
     Emit,
@@ -168,8 +170,9 @@ class LocalTask:
 
 
 @attrs.define
-class InProcessTarget:
-    """An async function registered as an agent; see the module docstring."""
+class InProcessTarget(BaseTarget):
+    """An async function registered as an agent; see the module docstring. It holds no
+    credentials, describes nothing of its own, and has nothing to prepare or close."""
 
     agent: AgentFunction
     capabilities: TargetCapabilities = attrs.field(
@@ -180,7 +183,9 @@ class InProcessTarget:
         return _InProcessSession(self.agent, task, nursery)
 
 
-class _InProcessSession:
+class _InProcessSession(BaseTargetSession):
+    """The function's run: no card, and a cancel always confirmed (it cancels the function)."""
+
     def __init__(self, agent: AgentFunction, task: DelegationTask, nursery: trio.Nursery) -> None:
         self._agent = agent
         self._task = task
@@ -225,11 +230,6 @@ class _InProcessSession:
 
     async def resubscribe(self, emit: Emit) -> None:
         await self._relay(emit)
-
-    async def poll(self, emit: Emit) -> None:
-        raise DelegationError(
-            code=ErrorCode.CAPABILITY_UNSUPPORTED, message="no polling in-process"
-        )
 
     async def answer(self, answer: Answer, emit: Emit) -> None:
         self._local._give_answer(answer)

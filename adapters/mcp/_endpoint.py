@@ -78,8 +78,10 @@ from engine import (
     DelegationError,
     ErrorCode,
     Kind,
+    Redactor,
     Run,
     RunEndpoint,
+    Target,
 )
 
 __all__ = ["DelegationEndpoint", "EndpointSettings"]
@@ -105,22 +107,24 @@ _TEARDOWN_ERRORS: Final = (
 )
 #: The SDK's transport, whose error reports of a teardown `_TeardownLogFilter` demotes.
 _SDK_TRANSPORT_LOGGER: Final = "mcp.server.streamable_http"
-#: The SDK's loggers whose lines name session ids (`_SessionIdFilter` masks them).
+#: The SDK's loggers whose lines name session ids (`_SessionIdFilter` redacts them).
 _SDK_SESSION_LOGGERS: Final = (_SDK_TRANSPORT_LOGGER, "mcp.server.streamable_http_manager")
 #: An MCP session id as the SDK makes them (uuid4().hex).
 _SESSION_ID: Final = re.compile(r"\b[0-9a-f]{32}\b")
 
 
 class _SessionIdFilter(logging.Filter):
-    """Masks session ids in the SDK's log lines: with a run's token, a session id is what a
-    caller presents to use that session, and a refused attempt with another run's token must
-    not print the id it tried (or the one it guessed right)."""
+    """Redacts session ids from the SDK's log lines: with a run's token, a session id is what
+    a caller presents to use that session, and a refused attempt with another run's token must
+    not print the id it tried (or the one it guessed right). Which words are session ids is
+    this module's knowledge (their shape); they are redacted by the engine's one `Redactor`,
+    as every secret is."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        masked = _SESSION_ID.sub("<session>", message)
-        if masked != message:
-            record.msg, record.args = masked, None
+        session_ids = _SESSION_ID.findall(message)
+        if session_ids:
+            record.msg, record.args = Redactor(session_ids).text(message), None
         return True
 
 
@@ -442,13 +446,14 @@ class DelegationEndpoint:
         return types.ListToolsResult(tools=list_tools(agents, self.settings.shortcuts))
 
     async def _describe(self, run: Run) -> list[AgentSummary]:
-        """Each registered agent's description and skills: the host's words first, else its
-        card's (fetched at most `describe_timeout`; an agent whose card is unavailable is still
-        listed)."""
+        """Each registered agent's description and skills: the host's words first, else what
+        the agent says of itself (`Target.description`, e.g. its card). Every target is
+        prepared first, at most `describe_timeout` (cheap when its card is cached); one whose
+        preparation fails is still listed, marked unavailable."""
         specs = list(run.registry)
         unavailable: dict[str, str] = {}
 
-        async def prepare(key: str, target: Any) -> None:
+        async def prepare(key: str, target: Target) -> None:
             with trio.move_on_after(self.settings.describe_timeout):
                 try:
                     await target.prepare()
@@ -460,16 +465,12 @@ class DelegationEndpoint:
 
         async with trio.open_nursery() as nursery:
             for spec in specs:
-                if hasattr(spec.target, "prepare") and getattr(spec.target, "card_info", 1) is None:
-                    nursery.start_soon(prepare, spec.key, spec.target)
+                nursery.start_soon(prepare, spec.key, spec.target)
         summaries = []
         for spec in specs:
-            card = getattr(spec.target, "card_info", None)
-            description = spec.description or str(getattr(card, "description", "") or "")
-            skills = spec.skills or tuple(
-                str(getattr(skill, "name", "") or getattr(skill, "id", ""))
-                for skill in getattr(card, "skills", ()) or ()
-            )
+            own = spec.target.description
+            description = spec.description or (own.description if own is not None else "")
+            skills = spec.skills or (own.skills if own is not None else ())
             summaries.append(
                 AgentSummary(
                     key=spec.key,

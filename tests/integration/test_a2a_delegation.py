@@ -26,6 +26,7 @@ from engine import (
     Kind,
     RemoteCancel,
     Status,
+    TargetPrepareError,
     to_json,
 )
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
@@ -316,10 +317,37 @@ async def test_stream_ending_without_terminal_is_recovered_from_get_task(
     assert "GetTask" in scenario.methods()
 
 
-async def test_malformed_card_fails_before_any_task(nursery: trio.Nursery) -> None:
-    scenario = RawScenario(card_override={"name": "broken"})
-    result, _ = await raw_delegate(nursery, scenario)
+@pytest.mark.parametrize(
+    ("card", "reason"),
+    [({"name": "broken"}, "no_interfaces"), ({"name": 5, "url": "http://h/"}, "unreadable")],
+)
+async def test_a_malformed_card_keeps_the_engine_from_starting(
+    nursery: trio.Nursery, card: dict[str, Any], reason: str
+) -> None:
+    scenario = await nursery.start(serve_raw_a2a, RawScenario(card_override=card))
+    agent = a2a_agent(scenario.card_url)
+    with pytest.raises(TargetPrepareError) as refused:
+        async with Engine([agent]):
+            raise AssertionError("the engine started")
+    error = refused.value.failures["remote"]
+    assert error.code == ErrorCode.AGENT_UNAVAILABLE and not error.retryable
+    assert (error.metadata or {}).get("reason") == reason
+    assert "agent 'remote' cannot be used: agent_unavailable:" in str(refused.value)
+    assert scenario.requests == []
+    assert agent.target._pools.streams.is_closed  # type: ignore[attr-defined]
+
+
+async def test_a_card_that_turns_malformed_fails_the_delegation_before_any_task(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("adapters.a2a._target.CARD_TTL_SECONDS", 0.0)  # fetched every time
+    scenario = await nursery.start(serve_raw_a2a, RawScenario())
+    agent = a2a_agent(scenario.card_url)
+    async with Engine([agent]) as eng, eng.open_run() as run:
+        scenario.card_override = {"name": "broken"}
+        result = await run.delegate(DelegationRequest(agent="remote", objective="x"))
     assert result.error is not None and result.error.code == ErrorCode.AGENT_UNAVAILABLE
+    assert not result.error.retryable
     assert scenario.requests == []
 
 

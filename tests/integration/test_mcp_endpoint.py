@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -135,14 +136,18 @@ async def test_tools_list_describes_an_a2a_agent_from_its_card(a2a_server: Any) 
     assert "Skills:" in line  # from the card: the host gave none
 
 
-async def test_an_agent_with_a_malformed_card_is_marked_unavailable_and_never_called(
-    nursery: trio.Nursery,
+async def test_an_agent_whose_card_turned_malformed_is_marked_unavailable_and_never_called(
+    nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scenario = await nursery.start(serve_raw_a2a, RawScenario(card_override={"name": "broken"}))
+    # A malformed card at start keeps the engine from starting (test_a2a_delegation): this one
+    # was fine then, and is fetched again (no cache) for the listing and the call.
+    monkeypatch.setattr("adapters.a2a._target.CARD_TTL_SECONDS", 0.0)
+    scenario = await nursery.start(serve_raw_a2a, RawScenario())
     async with (
         open_endpoint_run([a2a_agent(scenario.card_url, "broken")]) as (_, _, run),
         mcp_session(run.endpoint) as session,
     ):
+        scenario.card_override = {"name": "broken"}
         tools = (await session.list_tools()).tools
         result = await session.call_tool("delegate_to_agent", call_args("broken"))
     line = next(line for line in (tools[0].description or "").splitlines() if "broken" in line)
@@ -150,6 +155,23 @@ async def test_an_agent_with_a_malformed_card_is_marked_unavailable_and_never_ca
     assert result.is_error
     assert result.structured_content["error"]["code"] == ErrorCode.AGENT_UNAVAILABLE
     assert scenario.requests == []  # the card was fetched; no task was ever sent
+
+
+async def test_an_agent_unreachable_at_start_is_listed_unavailable_and_its_call_fails() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    card_url = f"http://127.0.0.1:{port}/.well-known/agent-card.json"
+    async with (
+        open_endpoint_run([a2a_agent(card_url, "down")]) as (_, _, run),  # the engine starts
+        mcp_session(run.endpoint) as session,
+    ):
+        tools = (await session.list_tools()).tools
+        result = await session.call_tool("delegate_to_agent", call_args("down"))
+    line = next(line for line in (tools[0].description or "").splitlines() if "down" in line)
+    assert "Unavailable right now (agent_unavailable): calls will fail." in line
+    assert result.structured_content["error"]["code"] == ErrorCode.AGENT_UNAVAILABLE
+    assert result.structured_content["error"]["retryable"] is True
 
 
 # -- calls ----------------------------------------------------------------------------------

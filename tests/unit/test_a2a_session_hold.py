@@ -44,7 +44,9 @@ class Boom(Exception):
 
 def session(nursery: trio.Nursery) -> _A2ASession:
     target: Any = SimpleNamespace(
-        config=SimpleNamespace(text_artifact_names=frozenset({"response"})), fingerprint=None
+        config=SimpleNamespace(text_artifact_names=frozenset({"response"})),
+        fingerprint=None,
+        card_info=None,
     )
     delegation = DelegationTask(
         run_id="run-1",
