@@ -229,7 +229,7 @@ class DemoPlan:
             AgentEntry(
                 key=remote.key,
                 protocol="a2a",
-                card_url=card_urls[remote.key],
+                settings={"card_url": card_urls[remote.key]},
                 display_name=remote.display_name,
                 description=remote.description,
                 auth=AuthEntry(token_env=REMOTE_TOKEN_ENV),

@@ -43,6 +43,10 @@ a variable that is not set is an error at start, not at the first delegation.
 `load_config(path)` reads a file; `parse_config(text, source)` reads a string. Line numbers come
 from a small scan of the text (tomllib gives none): the line of the deepest table or key that
 names the field, else of its nearest enclosing table.
+
+Which protocols an agent may speak, the settings each takes and how its target is built are not
+written here: each remote adapter declares them (`adapters.agent_protocols.AgentProtocol`) and
+`register_protocol` adds the declaration; A2A and AG-UI are registered below.
 """
 
 from __future__ import annotations
@@ -57,8 +61,8 @@ from typing import Any, Final
 
 import attrs
 
-from adapters.a2a import A2AAgentConfig, A2ATarget
-from adapters.agui import AguiAgentConfig, AguiTarget
+from adapters import a2a, agui
+from adapters.agent_protocols import AgentProtocol, AgentSettings
 from adapters.listener import is_bearer_credential
 from adapters.parents import (
     ClaudeCodeConfig,
@@ -85,11 +89,13 @@ __all__ = [
     "ServerEntry",
     "load_config",
     "parse_config",
+    "register_protocol",
 ]
 
 VISIBILITY_MODES: Final = ("attributed", "custom", "inline", "hidden")
 PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
-PROTOCOLS: Final = ("a2a", "agui")
+#: The protocol of an agent whose entry names none.
+DEFAULT_PROTOCOL: Final = "a2a"
 #: The shortest host token accepted: a guessable token is no token.
 MIN_HOST_TOKEN_CHARS: Final = 16
 
@@ -105,9 +111,42 @@ def weak_token(value: str) -> str | None:
     )
 
 
-#: Settings that belong to one protocol only (an A2A agent is found by its card, an AG-UI
-#: agent is an endpoint URL).
-_ONLY_FOR: Final = {"card_url": "a2a", "url": "agui", "stop_url": "agui"}
+#: The protocols agents may speak, by name (`register_protocol`).
+_PROTOCOLS: dict[str, AgentProtocol[Any]] = {}
+
+
+def register_protocol(protocol: AgentProtocol[Any]) -> None:
+    """Let agents of the configuration speak `protocol` (`protocol = "<name>"` in their entry).
+    Register before reading a configuration; a name or a setting another protocol already
+    declares is a `ValueError` (an agent's settings must say which protocol they belong to)."""
+    if protocol.name in _PROTOCOLS:
+        raise ValueError(f"protocol {protocol.name!r} is already registered")
+    clash = set(protocol.settings) & (_protocol_settings() | _COMMON_AGENT_SETTINGS)
+    if clash:
+        raise ValueError(f"protocol {protocol.name!r} declares settings taken: {sorted(clash)}")
+    _PROTOCOLS[protocol.name] = protocol
+
+
+def _protocol_settings() -> set[str]:
+    return {setting for protocol in _PROTOCOLS.values() for setting in protocol.settings}
+
+
+#: What every agent entry may say, whatever its protocol.
+_COMMON_AGENT_SETTINGS: Final = frozenset(
+    {
+        "key",
+        "protocol",
+        "display_name",
+        "description",
+        "skills",
+        "tenant",
+        "auth",
+        "trusted_origins",
+        "forward_identity",
+        "shortcut",
+        "policy",
+    }
+)
 
 
 class ConfigError(Exception):
@@ -135,7 +174,8 @@ class AuthEntry:
 class AgentEntry:
     key: str
     protocol: str
-    card_url: str  # "" for an AG-UI agent
+    #: The settings of its protocol (e.g. `card_url`; `url`, `stop_url`), as given.
+    settings: Mapping[str, str] = attrs.field(factory=dict)
     display_name: str = ""
     description: str = ""
     skills: tuple[str, ...] = ()
@@ -145,9 +185,16 @@ class AgentEntry:
     forward_identity: bool = False
     shortcut: bool = False
     policy: DelegationPolicy = attrs.field(factory=DelegationPolicy)
-    #: AG-UI agents: the endpoint a RunAgentInput is POSTed to, and the optional stop endpoint.
-    url: str | None = None
-    stop_url: str | None = None
+
+    def agent_settings(self, auth_header: tuple[str, str] | None = None) -> AgentSettings:
+        """What its protocol's adapter builds the agent from (`AgentProtocol.configure`)."""
+        return AgentSettings(
+            settings=self.settings,
+            tenant=self.tenant,
+            auth_header=auth_header,
+            trusted_origins=self.trusted_origins,
+            forward_identity=self.forward_identity,
+        )
 
 
 @attrs.frozen
@@ -273,28 +320,8 @@ class HostConfig:
                     )
                 credential = f"{agent.auth.scheme} {value}" if agent.auth.scheme else value
                 auth_header = (agent.auth.header, credential)
-            config: A2AAgentConfig | AguiAgentConfig
-            target: A2ATarget | AguiTarget
-            if agent.protocol == "agui":
-                assert agent.url is not None  # the reader requires it
-                config = AguiAgentConfig(
-                    url=agent.url,
-                    stop_url=agent.stop_url,
-                    tenant=agent.tenant,
-                    auth_header=auth_header,
-                    trusted_origins=agent.trusted_origins,
-                    forward_identity=agent.forward_identity,
-                )
-                target = AguiTarget(config)
-            else:
-                config = A2AAgentConfig(
-                    card_url=agent.card_url,
-                    tenant=agent.tenant,
-                    auth_header=auth_header,
-                    trusted_origins=agent.trusted_origins,
-                    forward_identity=agent.forward_identity,
-                )
-                target = A2ATarget(config)
+            # The reader checked the protocol and its settings.
+            target = _PROTOCOLS[agent.protocol].build(agent.agent_settings(auth_header))
             specs.append(
                 AgentSpec(
                     key=agent.key,
@@ -304,7 +331,7 @@ class HostConfig:
                     protocol=agent.protocol,
                     target=target,
                     policy=agent.policy,
-                    secrets=config.secrets,
+                    secrets=target.secrets,
                 )
             )
         return specs
@@ -538,38 +565,25 @@ class _Reader:
         )
 
     def agent(self, value: Any, path: _Path) -> AgentEntry:
-        known = {
-            "key",
-            "protocol",
-            "card_url",
-            "url",
-            "stop_url",
-            "display_name",
-            "description",
-            "skills",
-            "tenant",
-            "auth",
-            "trusted_origins",
-            "forward_identity",
-            "shortcut",
-            "policy",
-        }
-        table = self.table(value, path, known)
+        table = self.table(value, path, _protocol_settings() | _COMMON_AGENT_SETTINGS)
         key = self.get(table, path, "key", str, required=True)
-        protocol = self.get(table, path, "protocol", str, "a2a", check=_one_of(PROTOCOLS))
-        for setting, owner in _ONLY_FOR.items():
-            if setting in table and protocol != owner:
+        name = self.get(
+            table, path, "protocol", str, DEFAULT_PROTOCOL, check=_one_of(tuple(_PROTOCOLS))
+        )
+        protocol = _PROTOCOLS[name]
+        for setting in table:
+            if setting in _protocol_settings() and setting not in protocol.settings:
+                owners = " and ".join(p.name for p in _PROTOCOLS.values() if setting in p.settings)
                 raise self.fail(
                     (*path, setting),
-                    f"is for {owner} agents only; this agent's protocol is {protocol!r}"
-                    + (" (an AG-UI agent is reached at `url`)" if setting == "card_url" else ""),
+                    f"is for {owners} agents only; this agent's protocol is {name!r} "
+                    f"({protocol.reached})",
                 )
-        agui = protocol == "agui"
-        card_url = (
-            "" if agui else self.get(table, path, "card_url", str, required=True, check=_http_url)
-        )
-        url = self.get(table, path, "url", str, required=agui, check=_http_url)
-        stop_url = self.get(table, path, "stop_url", str, check=_http_url)
+        settings = {
+            setting: self.get(table, path, setting, str, required=required)
+            for setting, required in protocol.settings.items()
+            if setting in table or required
+        }
         auth = None
         if "auth" in table:
             auth_path = (*path, "auth")
@@ -583,8 +597,8 @@ class _Reader:
             )
         entry_fields = {
             "key": key,
-            "protocol": protocol,
-            "card_url": card_url,
+            "protocol": name,
+            "settings": settings,
             "display_name": self.get(table, path, "display_name", str, ""),
             "description": self.get(table, path, "description", str, ""),
             "skills": self.strings(table, path, "skills"),
@@ -596,26 +610,26 @@ class _Reader:
             "policy": self.attrs_table(
                 table.get("policy", {}), (*path, "policy"), DelegationPolicy
             ),
-            "url": url,
-            "stop_url": stop_url,
         }
-        # The engine's own rules decide what a key and a card URL may be.
+        # The engine's own rules decide what a key may be, the adapter's what its settings may.
         if not is_agent_key(key):
             raise self.fail(
                 (*path, "key"), f"{key!r} is not an agent key (pattern {AGENT_KEY_PATTERN})"
             )
-        if agui:
-            try:
-                AguiAgentConfig(url=url, stop_url=stop_url, tenant=entry_fields["tenant"])
-            except (ValueError, TypeError) as exc:
-                culprit = "stop_url" if "stop_url" in str(exc) else "url"
-                raise self.fail((*path, culprit), str(exc)) from None
-            return AgentEntry(**entry_fields)
+        entry = AgentEntry(**entry_fields)
         try:
-            A2AAgentConfig(card_url=card_url, tenant=entry_fields["tenant"])
+            protocol.configure(entry.agent_settings())
         except (ValueError, TypeError) as exc:
-            raise self.fail((*path, "card_url"), str(exc)) from None
-        return AgentEntry(**entry_fields)
+            # Located at the setting its message names (the longest, so `stop_url` beats
+            # `url`; said once, by the location), else at the agent.
+            message = str(exc)
+            named = [s for s in settings if re.search(rf"\b{re.escape(s)}\b", message)]
+            if not named:
+                raise self.fail(path, message) from None
+            culprit = max(named, key=len)
+            message = message.removeprefix(f"{culprit} ")
+            raise self.fail((*path, culprit), message) from None
+        return entry
 
     def attrs_table(self, value: Any, path: _Path, cls: type[Any]) -> Any:
         """An attrs class (policy, limits) from a table: known fields, right types, and the
@@ -700,3 +714,7 @@ def _env_name(value: str) -> str | None:
     if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
         return None
     return "must be the name of an environment variable (the credential itself never goes here)"
+
+
+register_protocol(a2a.AGENT_PROTOCOL)
+register_protocol(agui.AGENT_PROTOCOL)

@@ -10,9 +10,10 @@ side, a parent run shown as an A2A task (`subagent-engine a2a-serve`), is `_serv
 from adapters.a2a._card import CardInfo, card_fingerprint, validate_card
 from adapters.a2a._mapping import A2AEventMapper
 from adapters.a2a._serve_mapping import ParentTaskMapper
-from adapters.a2a._target import A2AAgentConfig, A2ATarget
+from adapters.a2a._target import AGENT_PROTOCOL, A2AAgentConfig, A2ATarget
 
 __all__ = [
+    "AGENT_PROTOCOL",
     "A2AAgentConfig",
     "A2AEventMapper",
     "A2ATarget",

@@ -60,6 +60,7 @@ from adapters._remote_http import (
 )
 from adapters.a2a._card import CardInfo, validate_card
 from adapters.a2a._mapping import A2AEventMapper
+from adapters.agent_protocols import AgentProtocol, AgentSettings
 from engine import (
     AgentDescription,
     Answer,
@@ -73,7 +74,7 @@ from engine import (
     TargetUpdate,
 )
 
-__all__ = ["A2AAgentConfig", "A2ATarget"]
+__all__ = ["AGENT_PROTOCOL", "A2AAgentConfig", "A2ATarget"]
 
 #: How long a validated card is trusted before it is fetched again.
 CARD_TTL_SECONDS: Final = 300.0
@@ -288,6 +289,26 @@ class A2ATarget:
         for client in clients:
             await client.close()
         await self._pools.aclose()
+
+
+def _configure(agent: AgentSettings) -> A2AAgentConfig:
+    return A2AAgentConfig(
+        card_url=agent.settings["card_url"],
+        tenant=agent.tenant,
+        auth_header=agent.auth_header,
+        trusted_origins=agent.trusted_origins,
+        forward_identity=agent.forward_identity,
+    )
+
+
+#: A2A as a host's configuration file declares it: an agent is found by its card.
+AGENT_PROTOCOL: Final = AgentProtocol(
+    name="a2a",
+    settings={"card_url": True},
+    reached="an A2A agent is found by its `card_url`",
+    configure=_configure,
+    target=A2ATarget,
+)
 
 
 def _split_card_url(card_url: str) -> tuple[str, str]:

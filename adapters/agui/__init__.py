@@ -16,9 +16,10 @@ from adapters.agui._chunks import ChunkError, ChunkExpander
 from adapters.agui._encoder import MODES, AguiStreamEncoder, SharedEncoding, frame_events
 from adapters.agui._remote import AguiRemoteMapper, RemoteSseDecoder
 from adapters.agui._sse import SseError, parse_sse
-from adapters.agui._target import AguiAgentConfig, AguiTarget
+from adapters.agui._target import AGENT_PROTOCOL, AguiAgentConfig, AguiTarget
 
 __all__ = [
+    "AGENT_PROTOCOL",
     "MODES",
     "AguiAgentConfig",
     "AguiRemoteMapper",

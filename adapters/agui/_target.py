@@ -46,6 +46,7 @@ from adapters._remote_http import (
     identity_headers,
     task_text,
 )
+from adapters.agent_protocols import AgentProtocol, AgentSettings
 from adapters.agui._remote import MAX_FRAME_BYTES, AguiRemoteMapper
 from engine import (
     AgentDescription,
@@ -61,7 +62,7 @@ from engine import (
     TargetUpdate,
 )
 
-__all__ = ["AguiAgentConfig", "AguiTarget"]
+__all__ = ["AGENT_PROTOCOL", "AguiAgentConfig", "AguiTarget"]
 
 #: Bytes of an error response's body read to explain a refusal.
 _ERROR_BODY_BYTES: Final = 2048
@@ -163,6 +164,28 @@ class AguiTarget:
         return DelegationError(
             code=code, message=f"AG-UI agent error while {doing}: {detail}", remote_status=None
         )
+
+
+def _configure(agent: AgentSettings) -> AguiAgentConfig:
+    return AguiAgentConfig(
+        url=agent.settings["url"],
+        stop_url=agent.settings.get("stop_url"),
+        tenant=agent.tenant,
+        auth_header=agent.auth_header,
+        trusted_origins=agent.trusted_origins,
+        forward_identity=agent.forward_identity,
+    )
+
+
+#: AG-UI as a host's configuration file declares it: an agent is an endpoint URL, with an
+#: optional stop endpoint.
+AGENT_PROTOCOL: Final = AgentProtocol(
+    name="agui",
+    settings={"url": True, "stop_url": False},
+    reached="an AG-UI agent is reached at `url`",
+    configure=_configure,
+    target=AguiTarget,
+)
 
 
 class _AguiSession:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import attrs
 import pytest
 
+import web.config as config_module
 from adapters.a2a import A2ATarget
+from adapters.agent_protocols import AgentProtocol, AgentSettings
 from engine import DelegationPolicy, EngineLimits
-from web.config import ConfigError, load_config, parse_config
+from web.config import ConfigError, load_config, parse_config, register_protocol
 
 GOOD = textwrap.dedent(
     """\
@@ -199,14 +202,18 @@ AGUI = textwrap.dedent(
 def test_an_agui_agent_is_an_endpoint_url_with_an_optional_stop_url() -> None:
     config = parse_config(AGUI, "host.toml")
     writer, research = config.agents
-    assert (writer.protocol, writer.url, writer.card_url) == (
+    assert (writer.protocol, writer.settings) == (
         "agui",
-        "https://agents.example/writer/run",
-        "",
+        {
+            "url": "https://agents.example/writer/run",
+            "stop_url": "https://agents.example/writer/stop/{run_id}",
+        },
     )
-    assert writer.stop_url == "https://agents.example/writer/stop/{run_id}"
     assert writer.policy == DelegationPolicy(input_required="surface")
-    assert (research.protocol, research.url, research.stop_url) == ("a2a", None, None)
+    assert (research.protocol, research.settings) == (
+        "a2a",
+        {"card_url": "https://agents.example/research/.well-known/agent-card.json"},
+    )
 
 
 def test_agui_agent_specs_get_an_agui_target_with_the_credential() -> None:
@@ -285,3 +292,83 @@ def test_agui_mistakes_name_file_line_and_field(
     error = _error(text)
     assert (error.source, error.line, error.field) == ("bad.toml", line, field)
     assert message in error.message
+
+
+# --- protocols are registered, not switched on -------------------------------------------------
+
+
+@pytest.fixture
+def echo_protocol(monkeypatch: pytest.MonkeyPatch) -> AgentProtocol[str]:
+    """A protocol of this test's own, registered for the test only: agents that echo a
+    `greeting` (which must not be empty)."""
+    from adapters.inprocess import InProcessTarget, LocalTask
+
+    monkeypatch.setattr(config_module, "_PROTOCOLS", dict(config_module._PROTOCOLS))
+
+    def configure(agent: AgentSettings) -> str:
+        if not agent.settings["greeting"].strip():
+            raise ValueError("greeting must say something")
+        return agent.settings["greeting"]
+
+    def target(greeting: str) -> InProcessTarget:
+        async def echo(task: LocalTask) -> str:
+            return f"{greeting}, {task.objective}"
+
+        return InProcessTarget(echo)
+
+    protocol = AgentProtocol(
+        name="echo",
+        settings={"greeting": True},
+        reached="an echo agent says its `greeting`",
+        configure=configure,
+        target=target,
+    )
+    register_protocol(protocol)
+    return protocol
+
+
+def test_a_registered_protocol_is_read_validated_and_built(
+    echo_protocol: AgentProtocol[str],
+) -> None:
+    from adapters.inprocess import InProcessTarget
+
+    text = '[[agents]]\nkey = "hello"\nprotocol = "echo"\ngreeting = "hi"\n'
+    (entry,) = parse_config(text, "host.toml").agents
+    assert (entry.protocol, entry.settings) == ("echo", {"greeting": "hi"})
+    (spec,) = parse_config(text, "host.toml").agent_specs({})
+    assert isinstance(spec.target, InProcessTarget) and spec.protocol == "echo"
+    for text, line, field, message in [
+        ('[[agents]]\nkey = "h"\nprotocol = "echo"\n', 1, "agents[0]", "'greeting'"),
+        (
+            '[[agents]]\nkey = "h"\nprotocol = "echo"\ngreeting = " "\n',
+            4,
+            "agents[0].greeting",
+            "must say something",
+        ),
+        (
+            '[[agents]]\nkey = "h"\ngreeting = "hi"\ncard_url = "http://h/c"\n',
+            3,
+            "agents[0].greeting",
+            "is for echo agents only; this agent's protocol is 'a2a'",
+        ),
+        (
+            '[[agents]]\nkey = "h"\nprotocol = "smoke"\n',
+            3,
+            "agents[0].protocol",
+            "must be one of a2a, agui, echo",
+        ),
+    ]:
+        error = _error(text)
+        assert (error.line, error.field) == (line, field), error
+        assert message in error.message
+
+
+def test_a_protocol_cannot_take_a_name_or_a_setting_another_one_has(
+    echo_protocol: AgentProtocol[str],
+) -> None:
+    with pytest.raises(ValueError, match="already registered"):
+        register_protocol(echo_protocol)
+    for settings in ({"greeting": False}, {"card_url": True}, {"tenant": False}):
+        clash = attrs.evolve(echo_protocol, name="other", settings=settings)
+        with pytest.raises(ValueError, match="declares settings taken"):
+            register_protocol(clash)
