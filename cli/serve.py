@@ -2,7 +2,9 @@
 
 This module owns starting the server process: read and validate the TOML configuration (every
 mistake reported with file, line and field before anything listens), build the agents and the
-parent, open the engine with its MCP endpoint, and serve the Quart-Trio app on Hypercorn's Trio
+parent, open the engine with its MCP endpoint (which prepares every agent first: one that cannot
+work as configured, such as a malformed agent card, is refused like a configuration mistake,
+exit code 2, before anything listens), and serve the Quart-Trio app on Hypercorn's Trio
 worker until interrupted. With no file it serves the embedded defaults: the two in-process demo
 agents and the scripted parent, so it runs with no API keys. `[parent] kind = "claude-code"` or
 `"codex"` runs that CLI as each run's parent (found on PATH, or `binary`), against
@@ -27,6 +29,7 @@ import trio
 from adapters.listener import is_loopback
 from adapters.parents import ParentAgent
 from demo.agents import demo_agents
+from engine import TargetPrepareError
 from web.config import ConfigError, HostConfig, load_config, parse_config
 from web.page import bundled_page
 from web.server import (
@@ -103,8 +106,26 @@ def serve_main(
     except ConfigError as exc:
         print(f"subagent-engine serve: {exc}", file=sys.stderr)
         return 2
-    trio.run(_serve, config, host_token, sys.stdout)
+    try:
+        trio.run(_serve, config, host_token, sys.stdout)
+    except BaseException as exc:
+        refused = _refusal(exc)
+        if refused is None:
+            raise
+        # The engine prepared its agents before anything listened, and one cannot work as
+        # configured (a malformed agent card, say): a configuration mistake like the others.
+        for key, error in refused.failures.items():
+            problem = config.agent_error(key, f"cannot be used: {error}")
+            print(f"subagent-engine serve: {problem}", file=sys.stderr)
+        return 2
     return 0
+
+
+def _refusal(exc: BaseException) -> TargetPrepareError | None:
+    """The engine's refusal to start, if that is all `exc` is (nurseries wrap it in groups)."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, TargetPrepareError) else None
 
 
 def check_exposure(config: HostConfig) -> str | None:

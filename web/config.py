@@ -301,6 +301,15 @@ class HostConfig:
             return value
         raise ConfigError(self.source, _line_of(self._lines, path), _dotted(path), problem)
 
+    def agent_error(self, key: str, message: str) -> ConfigError:
+        """A `ConfigError` located at the entry of agent `key` (e.g. the engine refused its
+        target when it started: `engine.TargetPrepareError`)."""
+        index = next((i for i, agent in enumerate(self.agents) if agent.key == key), None)
+        if index is None:  # not from this file (the embedded defaults)
+            return ConfigError(self.source, None, f"agent {key!r}", message)
+        path = ("agents", index)
+        return ConfigError(self.source, _line_of(self._lines, path), _dotted(path), message)
+
     def agent_specs(self, environ: Mapping[str, str] | None = None) -> list[AgentSpec]:
         """The registry entries, credentials resolved from `environ` (default: os.environ).
         Raises `ConfigError` for a credential variable that is not set or empty."""

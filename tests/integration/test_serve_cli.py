@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import http.server
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -91,6 +93,42 @@ def test_a_cli_parent_that_is_not_installed_fails_before_listening(
     assert serve_main(str(path)) == 2
     error = capsys.readouterr().err
     assert "host.toml:2: parent.kind: the codex CLI 'codex' is not an executable on PATH" in error
+
+
+def test_an_agent_with_a_malformed_card_is_refused_before_listening(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    class Card(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = b'{"name": "broken"}'  # an Agent Card without any interface
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Card) as card_server:
+        thread = threading.Thread(target=card_server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            card_url = f"http://127.0.0.1:{card_server.server_address[1]}/card.json"
+            path = tmp_path / "host.toml"
+            path.write_text(
+                f'[server]\nport = 0\n\n[[agents]]\nkey = "a"\ncard_url = "{card_url}"\n'
+            )
+            assert serve_main(str(path)) == 2
+        finally:
+            card_server.shutdown()
+            thread.join()
+    out, error = capsys.readouterr()
+    assert "serving on" not in out  # refused before anything listened
+    assert (
+        f"{path}:4: agents[0]: cannot be used: agent_unavailable: The remote agent's card "
+        "cannot be used: the card names no interface"
+    ) in error
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.0.0.1"])
