@@ -423,7 +423,7 @@ async def test_trusted_origins_receive_credentials(nursery: trio.Nursery) -> Non
 
 @pytest.mark.parametrize("scenario", ["stream", "hang", "drop", "fail"])
 async def test_no_task_outlives_an_a2a_delegation(a2a_server: Any, scenario: str) -> None:
-    from tests.unit.test_no_leaks import tracking
+    from tests.helpers.task_tracker import tracking
 
     agent = a2a_agent(a2a_server.card_url(scenario))
     with tracking() as tracker:

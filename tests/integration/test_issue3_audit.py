@@ -29,6 +29,7 @@ from engine import (
     Status,
     to_json,
 )
+from tests.helpers.task_tracker import tracking
 from tests.integration.test_a2a_delegation import (
     a2a_agent,
     delegate,
@@ -36,7 +37,6 @@ from tests.integration.test_a2a_delegation import (
     of,
     raw_delegate,
 )
-from tests.unit.test_no_leaks import tracking
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
 
 #: No journaled event may be bigger than this: artifact content stays out of the stream.

@@ -61,7 +61,7 @@ from engine import (
     TargetUpdate,
     lane_of,
 )
-from tests.unit.test_no_leaks import TaskTracker
+from tests.helpers.task_tracker import TaskTracker
 
 T = TypeVar("T")
 
