@@ -29,7 +29,7 @@ from engine import (
     Kind,
     TargetUpdate,
 )
-from tests.unit.test_a2a_mapping import on_artifact, on_status, on_task, task
+from tests.helpers.a2a_builders import on_artifact, on_status, on_task, task
 
 S = TaskState
 
