@@ -18,7 +18,6 @@ Who may call. It listens on 127.0.0.1 unless told otherwise. With `--token-env N
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -29,7 +28,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final, TextIO
 
 import attrs
-import trio
 
 from adapters.a2a.serving import ServedParent, serve
 from adapters.listener import is_loopback
@@ -141,16 +139,9 @@ async def open_engine(options: A2AServeOptions) -> AsyncIterator[Engine]:
 
             endpoint = DelegationEndpoint(shortcuts=config.shortcuts)
             endpoints = await stack.enter_async_context(endpoint.serve())
-        try:
-            async with Engine(agents, limits=config.limits, endpoints=endpoints) as eng:
-                yield eng
-        finally:
-            with trio.CancelScope(shield=True):
-                for spec in agents:
-                    close = getattr(spec.target, "aclose", None)
-                    if close is not None:
-                        with contextlib.suppress(Exception):
-                            await close()
+        # The engine prepares the agents' targets as it opens and closes them as it exits.
+        async with Engine(agents, limits=config.limits, endpoints=endpoints) as eng:
+            yield eng
 
 
 def a2a_serve_main(

@@ -1851,11 +1851,7 @@ async def _soak(
                 )
     finally:
         with trio.CancelScope(shield=True):
-            await clients.aclose()
-            for spec in agents:
-                close = getattr(spec.target, "aclose", None)
-                if close is not None:
-                    await close()
+            await clients.aclose()  # the engine closed its agents' targets as it exited
     gc.collect()
     await trio.sleep(0.2)  # sockets closed by the peer are reaped by the next checkpoints
     gc.collect()
