@@ -59,6 +59,7 @@ from engine._results import (
     ResultMessage,
     Status,
 )
+from engine._store import LifecycleRetention, RetentionPolicy, gap_entry, replay_before_window
 from engine._targets import (
     AgentDescription,
     Answer,
@@ -129,6 +130,7 @@ __all__ = [
     "Kind",
     "LaneBuffer",
     "LaneStatistics",
+    "LifecycleRetention",
     "MemoryJournalStore",
     "ParentToolCalls",
     "RedactedStream",
@@ -136,6 +138,7 @@ __all__ = [
     "Registry",
     "RegistryError",
     "RemoteCancel",
+    "RetentionPolicy",
     "ResultMessage",
     "Run",
     "RunActor",
@@ -156,12 +159,14 @@ __all__ = [
     "event_from_json",
     "event_from_jsonable",
     "event_weight",
+    "gap_entry",
     "is_delegation_tool",
     "is_agent_key",
     "is_terminal",
     "lane_of",
     "open_run",
     "parse_tool_input",
+    "replay_before_window",
     "result_from_json",
     "result_from_jsonable",
     "to_json",

@@ -11,14 +11,15 @@ subscribers. The rules, enforced here so no producer can break them:
 - a run terminal first closes every delegation still open with a synthesized `subagent.cancelled`
   (error `run_closed`), then nothing more is accepted.
 
-Storage is a seam (`JournalStore`): the in-memory `MemoryJournalStore` keeps a bounded replay
-window (events and bytes) plus every critical event beyond it, so a reader whose cursor fell out
-of the window gets explicit `stream.gap` markers interleaved with the starts and terminals it
-would otherwise miss. Beyond the window it also keeps what opens and closes the things a viewer
-holds open (each text message, reasoning message, tool call and nested subagent: its first
-event, its end, a tool call's result), so a viewer resuming at any cursor can be brought back
-to exactly what it had open, and is given every close it missed. A durable store (Redis
-Streams) implements the same two async methods.
+Storage is a seam (`JournalStore`), and what a store keeps is the store contract
+(`engine._store`): a bounded replay window (events and bytes) plus, beyond it, every start and
+terminal, so a reader whose cursor fell out of the window gets explicit `stream.gap` markers
+interleaved with the starts and terminals it would otherwise miss, and what opens and closes
+the things a viewer holds open (each text message, reasoning message, tool call and nested
+subagent: its first event, its end, a tool call's result), so a viewer resuming at any cursor
+can be brought back to exactly what it had open, and is given every close it missed. The
+in-memory `MemoryJournalStore` here follows it through the contract's public sans-IO pieces,
+as a durable store (SQLite, Redis Streams) does behind the same two async methods.
 
 Subscribers each read through their own `LaneBuffer`. Fan-out never waits: when a reader's
 buffer refuses an entry, that reader alone drops back to reading the store from its own cursor
@@ -31,15 +32,16 @@ from __future__ import annotations
 import bisect
 from collections.abc import AsyncIterator, Sequence
 from types import TracebackType
-from typing import Final, Protocol
+from typing import Final
 
 import attrs
 import trio
 import trio.lowlevel
 
-from engine._events import CRITICAL, DelegationEvent, DropReport, Kind, lane_of
-from engine._lanes import EVENT_OVERHEAD, JournalEntry, LaneBuffer
+from engine._events import DelegationEvent, Kind
+from engine._lanes import JournalEntry, LaneBuffer
 from engine._results import DelegationError, ErrorCode
+from engine._store import JournalStore, LifecycleRetention, RetentionPolicy, replay_before_window
 
 __all__ = [
     "CursorError",
@@ -53,112 +55,6 @@ __all__ = [
 #: Kinds `_admit` treats specially even inside an open delegation (the rest are just issued).
 _LIFECYCLE: Final = frozenset({Kind.RUN_STARTED, Kind.STARTED, *Kind.DELEGATION_TERMINALS})
 
-#: Critical kinds a store keeps after they leave the replay window (gap markers are per reader).
-_RETAINED_KINDS: Final = frozenset(
-    kind
-    for kind in (
-        Kind.STARTED,
-        Kind.INPUT_REQUIRED,
-        Kind.RUN_STARTED,
-        *Kind.DELEGATION_TERMINALS,
-        *Kind.RUN_TERMINALS,
-    )
-    if lane_of(kind) == CRITICAL
-)
-
-#: Kinds that open, carry or close a thing a viewer holds open: (family, role). The first event
-#: of each thing (an explicit start, or content that opens it implicitly) and its closes are
-#: kept beyond the window (`_Lifecycles`).
-_ENTITY_ROLES: Final[dict[str, tuple[str, str]]] = {
-    Kind.TEXT_START: ("text", "open"),
-    Kind.TEXT_DELTA: ("text", "content"),
-    Kind.TEXT_END: ("text", "close"),
-    Kind.PARENT_TEXT_START: ("text", "open"),
-    Kind.PARENT_TEXT_DELTA: ("text", "content"),
-    Kind.PARENT_TEXT_END: ("text", "close"),
-    Kind.REASONING_START: ("reasoning", "open"),
-    Kind.REASONING_DELTA: ("reasoning", "content"),
-    Kind.REASONING_END: ("reasoning", "close"),
-    Kind.PARENT_REASONING_START: ("reasoning", "open"),
-    Kind.PARENT_REASONING_DELTA: ("reasoning", "content"),
-    Kind.PARENT_REASONING_END: ("reasoning", "close"),
-    Kind.TOOL_CALL_START: ("tool", "open"),
-    Kind.TOOL_CALL_ARGS: ("tool", "content"),
-    Kind.TOOL_CALL_END: ("tool", "end"),
-    Kind.TOOL_CALL_RESULT: ("tool", "close"),
-    Kind.PARENT_TOOL_CALL_START: ("tool", "open"),
-    Kind.PARENT_TOOL_CALL_ARGS: ("tool", "content"),
-    Kind.PARENT_TOOL_CALL_END: ("tool", "end"),
-    Kind.PARENT_TOOL_CALL_RESULT: ("tool", "close"),
-}
-
-
-#: Events with a `nested_id` that do not open that nested subagent (a fold marker is shown as
-#: its ancestor's).
-_NOT_OPENING_NESTED: Final = frozenset({Kind.NESTED_FOLDED, *Kind.NESTED_TERMINALS})
-
-
-def _has_text(event: DelegationEvent) -> bool:
-    text = event.delta if event.delta is not None else event.text
-    return isinstance(text, str) and text != ""
-
-
-class _Lifecycles:
-    """Which entries leaving the window must be kept so that replaying what a store still holds
-    rebuilds what a viewer had open at any cursor: the first event of every text message,
-    reasoning message, tool call and nested subagent (whatever kind opened it), the events that
-    close or end them, and tool results. Fed the evicted entries in cursor order; remembers only
-    the things still open at the window's start (an ended delegation, nested subagent or run
-    closes everything it held)."""
-
-    def __init__(self) -> None:
-        self._open: set[tuple[object, ...]] = set()  # things open as of the window's start
-
-    def keep(self, event: DelegationEvent) -> bool:
-        kind = event.kind
-        did = event.delegation_id or None
-        nested = event.nested_id
-        try:
-            keep = False
-            if nested is not None and kind not in _NOT_OPENING_NESTED:
-                # A nested subagent's first event opens it (announced if it was no start).
-                subagent = ("nested", did, nested)
-                if subagent not in self._open:
-                    self._open.add(subagent)
-                    keep = True
-            role = _ENTITY_ROLES.get(kind)
-            if role is not None:
-                family, action = role
-                ident = event.tool_call_id if family == "tool" else event.message_id
-                thing = (family, did, nested, ident or "")
-                if action == "content":
-                    if thing not in self._open:
-                        keep = True
-                        # Text without characters opens no message (viewers drop it); the first
-                        # that has some does, so until then each is kept. Any tool-call
-                        # argument event opens its call.
-                        if family == "tool" or _has_text(event):
-                            self._open.add(thing)
-                elif action == "open":
-                    self._open.add(thing)
-                    keep = True
-                elif action == "end":
-                    keep = True  # the call stays known (its result may follow)
-                else:
-                    self._open.discard(thing)
-                    keep = True
-            elif kind in Kind.DELEGATION_TERMINALS:
-                self._open = {t for t in self._open if t[1] != did}
-            elif kind in Kind.NESTED_TERMINALS:
-                self._open = {t for t in self._open if t[2] != nested}
-                keep = True
-            elif kind in Kind.RUN_TERMINALS and did is None:
-                self._open.clear()
-            return keep
-        except TypeError:  # an unhashable id: keep the entry rather than guess
-            return True
-
-
 #: How many entries a catching-up reader pulls from the store at a time.
 CATCH_UP_CHUNK: Final = 512
 
@@ -167,23 +63,13 @@ class CursorError(ValueError):
     """A reader asked for a cursor this journal never issued (ahead of its head, or negative)."""
 
 
-class JournalStore(Protocol):
-    """Where a run's entries are kept for replay. Implementations must keep cursor order."""
-
-    async def append(self, entries: Sequence[JournalEntry]) -> None:
-        """Persist entries whose cursors continue the store's sequence without holes."""
-
-    async def read_after(self, cursor: int, max_entries: int) -> list[JournalEntry]:
-        """Entries with cursors above `cursor`, in order, at most `max_entries` of them.
-
-        Where the store no longer holds some cursors, it returns `stream.gap` entries in their
-        place (cursor = the last missing cursor of that stretch) and keeps every critical entry
-        it still retains, so the result is strictly increasing in cursor.
-        """
-
-
 class MemoryJournalStore:
-    """A bounded in-memory replay window plus the critical events that fell out of it."""
+    """A bounded in-memory replay window plus the entries retained beyond it.
+
+    It follows the store contract (`engine._store`) by its public pieces: `RetentionPolicy`
+    decides what leaves the window, `LifecycleRetention` what is kept beyond it, and
+    `replay_before_window` what a reader behind the window gets.
+    """
 
     def __init__(
         self,
@@ -193,8 +79,9 @@ class MemoryJournalStore:
         max_bytes: int = 8 << 20,
         max_retained_critical: int = 10_000,
     ) -> None:
-        if max_events < 1 or max_bytes < EVENT_OVERHEAD:
-            raise ValueError("replay window must hold at least one event")
+        self.policy = RetentionPolicy(
+            max_events=max_events, max_bytes=max_bytes, max_retained=max_retained_critical
+        )
         self.run_id = run_id
         self.max_events = max_events
         self.max_bytes = max_bytes
@@ -203,10 +90,20 @@ class MemoryJournalStore:
         self._start = 0  # index of the first live entry of `_window`
         self._bytes = 0
         self._first_cursor = 1  # cursor of the oldest entry still in the window
-        self._critical: list[JournalEntry] = []  # criticals evicted from the window, by cursor
+        self._critical: list[JournalEntry] = []  # entries retained beyond the window, by cursor
         self._critical_cursors: list[int] = []
-        self._lifecycles = _Lifecycles()
+        self._retention = LifecycleRetention()
         self.evicted = 0
+
+    @classmethod
+    def from_policy(cls, run_id: str, policy: RetentionPolicy) -> MemoryJournalStore:
+        """A store whose window and retention follow `policy`."""
+        return cls(
+            run_id,
+            max_events=policy.max_events,
+            max_bytes=policy.max_bytes,
+            max_retained_critical=policy.max_retained,
+        )
 
     async def append(self, entries: Sequence[JournalEntry]) -> None:
         self.append_nowait(entries)
@@ -216,35 +113,30 @@ class MemoryJournalStore:
         for entry in entries:
             window.append(entry)
             self._bytes += entry.weight
-        if len(window) - self._start > self.max_events or self._bytes > self.max_bytes:
+        if self.policy.exceeded(len(window) - self._start, self._bytes):
             self._evict()
 
     def _evict(self) -> None:
         # One pass per batch: find how many entries fall out, then move them in bulk.
         window = self._window
-        keep_events = self.max_events
-        keep_bytes = self.max_bytes
         start = self._start
-        size = len(window) - start
-        evicted_bytes = 0
-        stop = start
-        while size > 1 and (size > keep_events or self._bytes - evicted_bytes > keep_bytes):
-            evicted_bytes += window[stop].weight
-            stop += 1
-            size -= 1
-        if stop == start:
+        count, evicted_bytes = self.policy.evictions(
+            len(window) - start,
+            self._bytes,
+            (window[index].weight for index in range(start, len(window))),
+        )
+        if count == 0:
             return
-        keep = self._lifecycles.keep
+        stop = start + count
+        retains = self._retention.retains
         for entry in window[start:stop]:
-            event = entry.event
-            # Both checks for every entry: `keep` also follows what the window's start has open.
-            if keep(event) or event.kind in _RETAINED_KINDS:
+            if retains(entry.event):
                 self._critical.append(entry)
                 self._critical_cursors.append(entry.cursor)
-        overflow = len(self._critical) - self.max_retained_critical
+        overflow = self.policy.retained_overflow(len(self._critical))
         if overflow > 0:
             del self._critical[:overflow], self._critical_cursors[:overflow]
-        self.evicted += stop - start
+        self.evicted += count
         self._bytes -= evicted_bytes
         self._first_cursor = window[stop - 1].cursor + 1
         self._start = stop
@@ -260,42 +152,27 @@ class MemoryJournalStore:
     def window_bytes(self) -> int:
         return self._bytes
 
+    @property
+    def retention(self) -> LifecycleRetention:
+        """What decides which entries leaving the window are kept (and what it has open)."""
+        return self._retention
+
     async def read_after(self, cursor: int, max_entries: int) -> list[JournalEntry]:
         return self.read_after_nowait(cursor, max_entries)
 
     def read_after_nowait(self, cursor: int, max_entries: int) -> list[JournalEntry]:
         out: list[JournalEntry] = []
-        if cursor + 1 < self._first_cursor:
-            # Walk the stretch the window lost: gap markers around each retained critical.
+        first = self._first_cursor
+        if cursor + 1 < first:
+            # The stretch the window lost: gap markers around each retained entry.
+            critical = self._critical
             lo = bisect.bisect_right(self._critical_cursors, cursor)
-            hi = bisect.bisect_left(self._critical_cursors, self._first_cursor)
-            gap_from = cursor + 1
-            for critical in self._critical[lo:hi]:
-                if critical.cursor > gap_from:
-                    out.append(self._gap(gap_from, critical.cursor - 1))
-                out.append(critical)
-                gap_from = critical.cursor + 1
-                if len(out) >= max_entries:
-                    return out
-            if gap_from < self._first_cursor:
-                out.append(self._gap(gap_from, self._first_cursor - 1))
-            cursor = self._first_cursor - 1
-        index = self._start + (cursor + 1 - self._first_cursor)
+            retained = (critical[index] for index in range(lo, len(critical)))
+            out = replay_before_window(self.run_id, cursor, first, retained, max_entries)
+            cursor = first - 1
+        index = self._start + (cursor + 1 - first)
         out.extend(self._window[index : index + max(0, max_entries - len(out))])
         return out
-
-    def _gap(self, first: int, last: int) -> JournalEntry:
-        marker = DelegationEvent(
-            kind=Kind.GAP,
-            run_id=self.run_id,
-            dropped=DropReport(
-                reason="replay_gap",
-                count=last - first + 1,
-                first_cursor=first,
-                last_cursor=last,
-            ),
-        )
-        return JournalEntry(marker, last, EVENT_OVERHEAD)
 
 
 @attrs.frozen

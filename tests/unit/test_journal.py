@@ -714,5 +714,5 @@ async def test_the_store_forgets_what_ended_delegations_held_open(
     events += [text(None, "filler") for _ in range(4)]
     await append_all(journal, events)
     assert store.first_cursor > 9  # both terminals left the window
-    held = store._lifecycles._open
+    held = store.retention.open_things
     assert {thing[1] for thing in held} == {"d3", None}
