@@ -1,8 +1,9 @@
 """The journal's storage seam: a store of the host's own plugs in without touching actors.
 
-The store here keeps everything (no window) and records each batch write, the way a durable
-store (Redis Streams) would pipeline one write per batch. Everything the actors publish must go
-through it, and a reader catching up must read it.
+The store here keeps everything (a window nothing leaves) and records each batch write, the way
+a durable store (Redis Streams) would pipeline one write per batch. Everything the actors publish
+must go through it, and a reader catching up must read it. It is a complete store for that one
+policy, so the store conformance kit holds it to the contract under it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import trio
+from hypothesis import strategies as st
 
 from engine import (
     DelegationRequest,
@@ -17,8 +19,10 @@ from engine import (
     EngineLimits,
     JournalEntry,
     Kind,
+    RetentionPolicy,
     Status,
 )
+from engine.testing import check_journal_store
 from tests.fakes import ScriptedTarget, delta, finished, started
 from tests.unit.test_actors import spec
 
@@ -66,6 +70,16 @@ async def test_a_custom_store_receives_every_entry_and_serves_replay() -> None:
     assert [e.cursor for e in replayed][-1] == store.entries[-1].cursor
     text = "".join(e.event.delta or "" for e in replayed if e.event.kind == Kind.TEXT_DELTA)
     assert text == "ab"
+
+
+async def test_the_recording_store_follows_the_store_contract_without_a_window() -> None:
+    everything = RetentionPolicy(max_events=1 << 40, max_bytes=1 << 40)
+    await check_journal_store(
+        lambda run_id, policy: RecordingStore(run_id),
+        examples=False,  # the examples need windows entries leave
+        max_examples=25,
+        policies=st.just(everything),
+    )
 
 
 class FailingStore(RecordingStore):
