@@ -201,6 +201,7 @@ def test_expander_cases(events: list[Any], expected: list[Any], error: str | Non
     assert got["error"] == error
 
 
+@pytest.mark.slow  # starts Node.js
 def test_the_cases_are_what_the_client_does(node: str) -> None:
     reports = client_transform(node, [case[1] for case in CASES])
     for (name, events, _, _), report in zip(CASES, reports, strict=True):
@@ -332,6 +333,7 @@ _EVENTS = st.one_of(
 _SEQUENCES = st.lists(st.lists(_EVENTS, max_size=20), min_size=30, max_size=80)
 
 
+@pytest.mark.slow  # starts Node.js
 @settings(
     max_examples=20,
     deadline=None,
@@ -435,6 +437,7 @@ def test_the_checker_judges_chunk_streams(
         assert all(v.index < len(events) for v in violations)
 
 
+@pytest.mark.slow  # starts Node.js
 def test_the_checker_agrees_with_the_clients_pipeline(node: str, tmp_path: Path) -> None:
     paths = []
     for i, (_, events, _) in enumerate(CHECKED):

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from tools.bench.a2a import bench_a2a
 
 
+@pytest.mark.slow  # runs the benchmark
 def test_bench_a2a_prints_throughput_and_cancel_rows() -> None:
     out = io.StringIO()
     assert bench_a2a(events=500, delegations=5, repeat=1, out=out) == 0, out.getvalue()

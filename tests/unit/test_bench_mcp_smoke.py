@@ -22,6 +22,7 @@ pytestmark = pytest.mark.filterwarnings(
 )
 
 
+@pytest.mark.slow  # runs the benchmark
 def test_bench_mcp_prints_round_trip_and_many_runs_rows() -> None:
     out = io.StringIO()
     assert bench_mcp(calls=5, runs=4, repeat=1, out=out) == 0, out.getvalue()

@@ -13,9 +13,12 @@ import importlib.util
 import io
 from pathlib import Path
 
+import pytest
+
 from tools.bench.scale import QUICK_CASCADE, QUICK_CHUNKS, QUICK_SIZES, QUICK_STEPS, bench_scale
 
 
+@pytest.mark.slow  # runs the benchmark
 def test_bench_scale_quick_prints_every_section(tmp_path: Path) -> None:
     out = io.StringIO()
     plot = tmp_path / "scale.png"

@@ -11,6 +11,7 @@ import pytest
 from tools.bench.journal import bench_journal
 
 
+@pytest.mark.slow  # runs the benchmark
 def test_bench_journal_prints_bare_channel_and_each_subscriber_count(
     capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from tools.bench.sse import bench_sse
 
 
+@pytest.mark.slow  # runs the benchmark
 def test_bench_sse_prints_throughput_latency_and_slow_viewer_rows() -> None:
     out = io.StringIO()
     code = bench_sse(events=2_000, delegations=4, rate=200, seconds=0.5, repeat=1, out=out)

@@ -238,6 +238,7 @@ def _files_under(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*") if "__pycache__" not in p.parts}
 
 
+@pytest.mark.slow  # runs the fuzzer
 def test_fuzz_command_runs_one_harness_and_writes_nothing_into_the_repo(tmp_path: Path) -> None:
     before = _files_under(REPO / "fuzz")
 
@@ -251,6 +252,7 @@ def test_fuzz_command_runs_one_harness_and_writes_nothing_into_the_repo(tmp_path
     assert list(tmp_path.iterdir()) == []  # the session's temporary folder is gone too
 
 
+@pytest.mark.slow  # runs the fuzzer
 def test_fallback_engine_works_without_atheris(tmp_path: Path) -> None:
     done = _run_fuzz(
         "--seconds", "1", "--only", "fuzz_tool_input", "--engine", "random", "--seed", "7",
@@ -289,6 +291,7 @@ def crashing_package(tmp_path: Path) -> Path:
     return package.parent
 
 
+@pytest.mark.slow  # runs the fuzzer
 @pytest.mark.parametrize("engine", ["random", "atheris"])
 def test_a_crash_fails_the_command_and_keeps_the_input(
     engine: str, crashing_package: Path, tmp_path: Path
