@@ -17,70 +17,27 @@ import trio
 from adapters.a2a import A2AAgentConfig, A2ATarget
 from engine import (
     AgentSpec,
-    DelegationPolicy,
     DelegationRequest,
     Engine,
     ErrorCode,
     InputRequiredMode,
-    JournalEntry,
     Kind,
     RemoteCancel,
     Status,
     TargetPrepareError,
     to_json,
 )
+from tests.helpers.agents import a2a_agent
+from tests.helpers.events import events_of, kinds
+from tests.helpers.runs import delegate, raw_delegate
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
 
 TOKEN = "test-token"
 
 
-def a2a_agent(
-    card_url: str, key: str = "remote", *, token: str | None = None, **policy: Any
-) -> AgentSpec:
-    config = A2AAgentConfig(
-        card_url=card_url,
-        tenant="acme",
-        auth_header=("Authorization", f"Bearer {token}") if token else None,
-    )
-    return AgentSpec(
-        key=key,
-        display_name=f"A2A {key}",
-        protocol="a2a",
-        target=A2ATarget(config),
-        policy=DelegationPolicy(**policy),
-        secrets=config.secrets,
-    )
-
-
-async def delegate(agent: AgentSpec, **request: Any) -> tuple[Any, list[JournalEntry]]:
-    async with Engine([agent]) as eng:
-        async with eng.open_run() as run:
-            result = await run.delegate(
-                DelegationRequest(agent=agent.key, objective="Summarize the design.", **request)
-            )
-        journal = eng.journal(run.run_id)
-        assert journal is not None
-        async with journal.subscribe() as sub:
-            entries = [entry async for entry in sub]
-    await agent.target.aclose()  # type: ignore[attr-defined]
-    return result, entries
-
-
-def of(entries: list[JournalEntry], delegation_id: str) -> list[Any]:
-    return [e.event for e in entries if e.event.delegation_id == delegation_id]
-
-
-def kinds(events: list[Any]) -> list[str]:
-    out: list[str] = []
-    for event in events:
-        if not (out and out[-1] == event.kind == Kind.TEXT_DELTA):
-            out.append(event.kind)
-    return out
-
-
 async def test_streaming_agent_text_artifact_and_structured_result(a2a_server: Any) -> None:
     result, entries = await delegate(a2a_agent(a2a_server.card_url("stream")))
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     assert result.status == Status.COMPLETED, result
     assert events[0].kind == Kind.STARTED and not events[0].synthesized
     assert events[0].remote_task_id == result.remote_task_id
@@ -100,7 +57,7 @@ async def test_streaming_agent_text_artifact_and_structured_result(a2a_server: A
 async def test_non_streaming_agent_is_polled_without_fake_deltas(a2a_server: Any) -> None:
     agent = a2a_agent(a2a_server.card_url("nostream"), poll_interval=0.05)
     result, entries = await delegate(agent)
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     assert result.status == Status.COMPLETED, result
     assert Kind.TEXT_DELTA not in kinds(events)
     statuses = [e.status for e in events if e.kind == Kind.STATUS]
@@ -119,7 +76,7 @@ async def test_remote_failure_is_a_structured_error(
     assert result.status == Status.FAILED
     assert result.error is not None and result.error.code == code
     assert result.error.remote_status in ("failed", "rejected")
-    assert of(entries, result.delegation_id)[-1].kind == Kind.FAILED
+    assert events_of(entries, result.delegation_id)[-1].kind == Kind.FAILED
 
 
 async def test_timeout_cancels_the_remote_task_with_tenant(a2a_server: Any) -> None:
@@ -156,10 +113,12 @@ async def test_dropped_stream_is_recovered_by_resubscribing(a2a_server: Any, sce
     # drop: the connection breaks mid-body; dropclean: the stream just ends, no terminal.
     result, entries = await delegate(a2a_agent(a2a_server.card_url(scenario)))
     assert result.status == Status.COMPLETED, result
-    statuses = [e.status for e in of(entries, result.delegation_id) if e.kind == Kind.STATUS]
+    statuses = [e.status for e in events_of(entries, result.delegation_id) if e.kind == Kind.STATUS]
     assert "stream_interrupted" in statuses
     assert a2a_server.entries(scenario, "subscribes", result.remote_task_id)
-    text = "".join(e.delta for e in of(entries, result.delegation_id) if e.kind == Kind.TEXT_DELTA)
+    text = "".join(
+        e.delta for e in events_of(entries, result.delegation_id) if e.kind == Kind.TEXT_DELTA
+    )
     assert text == "before the drop, after the drop."  # no chunk lost or doubled
 
 
@@ -167,7 +126,7 @@ async def test_duplicate_remote_events_give_one_terminal_and_no_doubled_text(
     a2a_server: Any,
 ) -> None:
     result, entries = await delegate(a2a_agent(a2a_server.card_url("dup")))
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     assert result.status == Status.COMPLETED
     assert sum(e.kind in Kind.DELEGATION_TERMINALS for e in events) == 1
 
@@ -250,7 +209,7 @@ async def test_concurrent_delegations_do_not_cross_talk(a2a_server: Any) -> None
     assert [r.status for r in results] == [Status.COMPLETED, Status.COMPLETED]
     assert results[0].remote_task_id != results[1].remote_task_id
     for result in results:
-        events = of(entries, result.delegation_id)
+        events = events_of(entries, result.delegation_id)
         assert {e.parent_tool_call_id for e in events} == {f"call-{result.agent}"}
         assert {e.remote_task_id for e in events[1:]} == {result.remote_task_id}
 
@@ -268,15 +227,10 @@ async def test_unknown_key_makes_no_outbound_request(a2a_server: Any) -> None:
 # -- wire cases from the raw server ------------------------------------------------------
 
 
-async def raw_delegate(nursery: trio.Nursery, scenario: RawScenario, **policy: Any) -> Any:
-    await nursery.start(serve_raw_a2a, scenario)
-    return await delegate(a2a_agent(scenario.card_url, **policy))
-
-
 async def test_terminal_before_any_task_gets_a_synthesized_start(nursery: trio.Nursery) -> None:
     scenario = RawScenario(stream=[status_frame("t1", "TASK_STATE_COMPLETED", "early")])
     result, entries = await raw_delegate(nursery, scenario)
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     assert events[0].kind == Kind.STARTED
     assert events[-1].kind == Kind.FINISHED
     assert result.status == Status.COMPLETED
@@ -387,7 +341,7 @@ async def test_remote_that_never_confirms_a_cancel_is_reported_pending(
     result, entries = await delegate(agent, timeout_seconds=1)
     assert result.error is not None and result.error.code == ErrorCode.REMOTE_TIMEOUT
     assert result.remote_cancel == RemoteCancel.PENDING
-    statuses = [e.status for e in of(entries, result.delegation_id) if e.kind == Kind.STATUS]
+    statuses = [e.status for e in events_of(entries, result.delegation_id) if e.kind == Kind.STATUS]
     assert "cancel_pending" in statuses
     assert a2a_server.entries(scenario, "cancels", result.remote_task_id)
 
@@ -437,7 +391,7 @@ async def test_no_task_outlives_an_a2a_delegation(a2a_server: Any, scenario: str
 async def test_a2a_0_3_agent_through_the_sdks_compat_transport(a2a_server: Any) -> None:
     result, entries = await delegate(a2a_agent(a2a_server.card_url("v03")))
     assert result.status == Status.COMPLETED, result
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     assert "".join(e.delta for e in events if e.kind == Kind.TEXT_DELTA)
     assert result.card_fingerprint and result.card_fingerprint.startswith("sha256:")
 
@@ -479,7 +433,7 @@ async def test_refused_streaming_falls_back_to_polling(nursery: trio.Nursery) ->
     assert result.status == Status.COMPLETED, result
     assert scenario.methods()[:2] == ["SendStreamingMessage", "SendMessage"]
     assert "GetTask" in scenario.methods()
-    assert Kind.TEXT_DELTA not in kinds(of(entries, result.delegation_id))
+    assert Kind.TEXT_DELTA not in kinds(events_of(entries, result.delegation_id))
 
 
 async def test_refused_streaming_fails_when_policy_forbids_fallback(
@@ -500,7 +454,7 @@ async def test_auth_required_is_an_input_request(nursery: trio.Nursery) -> None:
         ]
     )
     result, entries = await raw_delegate(nursery, scenario)
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     asked = [e for e in events if e.kind == Kind.INPUT_REQUIRED]
     assert asked and asked[0].status == "auth_required"
     assert asked[0].text == "sign in at the portal"

@@ -5,13 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from engine import ErrorCode, Kind, RemoteCancel, Status
-from tests.integration.test_a2a_delegation import a2a_agent, delegate, of
+from tests.helpers.agents import a2a_agent
+from tests.helpers.events import events_of
+from tests.helpers.runs import delegate
 
 
 async def test_js_agent_streams_text_and_completes(a2a_js_server: Any) -> None:
     result, entries = await delegate(a2a_agent(a2a_js_server.card_url("stream")))
     assert result.status == Status.COMPLETED, result
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     text = "".join(e.delta for e in events if e.kind == Kind.TEXT_DELTA)
     assert text == "Hello from a2a-js."
     assert result.summary == "done: js"

@@ -59,7 +59,6 @@ from cli.a2a_serve import A2AServeOptions
 from engine import (
     AgentSpec,
     DelegationRequest,
-    DelegationResult,
     Engine,
     ErrorCode,
     Kind,
@@ -67,6 +66,7 @@ from engine import (
     Status,
 )
 from tests.helpers.processes import ready_server
+from tests.helpers.runs import delegate_for_events
 from tests.node_packages import ensure_npm_packages
 from tools.peers.children import read_ready_port, stop_process_group
 
@@ -148,19 +148,6 @@ def agent_spec(served: ServedAgent, *, binding: str = JSONRPC) -> AgentSpec:
     return AgentSpec(key="served", protocol="a2a", target=A2ATarget(config))
 
 
-async def delegate(spec: AgentSpec) -> tuple[DelegationResult, list[Any]]:
-    """One delegation to its end; (result, the delegation's journal events)."""
-    async with Engine([spec]) as eng:
-        async with eng.open_run() as run:
-            result = await run.delegate(DelegationRequest(agent=spec.key, objective=OBJECTIVE))
-        journal = eng.journal(run.run_id)
-        assert journal is not None
-        async with journal.subscribe() as sub:
-            events = [e.event async for e in sub if e.event.delegation_id == result.delegation_id]
-    await spec.target.aclose()  # type: ignore[attr-defined]
-    return result, events
-
-
 @asynccontextmanager
 async def sdk_client(served: ServedAgent, binding: str) -> AsyncIterator[Client]:
     """The a2a-sdk client on one binding. Its streams are closed with the client, as the A2A
@@ -228,7 +215,9 @@ def test_the_card_validates_with_both_bindings_streaming_and_the_skills(
 async def test_the_engine_delegates_and_sees_the_parent_stream_as_a_subagent(
     reply_agent: ServedAgent, binding: str
 ) -> None:
-    result, events = await delegate(agent_spec(reply_agent, binding=binding))
+    result, events = await delegate_for_events(
+        agent_spec(reply_agent, binding=binding), objective=OBJECTIVE
+    )
     assert result.status == Status.COMPLETED, result
     assert result.summary == REPLY
     kinds = [e.kind for e in events]
@@ -370,14 +359,14 @@ async def test_with_a_token_every_call_needs_it_and_the_card_says_so(
         card = (await http.get(served.card_url)).json()
         refused = await http.get(f"{served.base_url}/a2a/rest/tasks/nope")
     spec = agent_spec(served)
-    without, _ = await delegate(spec)
+    without, _ = await delegate_for_events(spec, objective=OBJECTIVE)
     config = A2AAgentConfig(
         card_url=served.card_url, auth_header=("Authorization", f"Bearer {TOKEN}")
     )
     authorized = AgentSpec(
         key="served", protocol="a2a", target=A2ATarget(config), secrets=config.secrets
     )
-    result, _ = await delegate(authorized)
+    result, _ = await delegate_for_events(authorized, objective=OBJECTIVE)
     assert validate_card(card).name == "subagent-engine scripted"
     assert card["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] == "Bearer"
     assert refused.status_code == 401 and refused.json()["error"] == "unauthorized"
@@ -632,7 +621,7 @@ def server_side_nodelay(*, local: Any, peer: Any) -> int:
 async def test_a_parent_that_cannot_start_fails_the_task_with_its_reason(tmp_path: Path) -> None:
     missing = str(tmp_path / "no-such-codex")
     with served_agent("--parent", "codex", "--binary", missing) as served:
-        result, events = await delegate(agent_spec(served))
+        result, events = await delegate_for_events(agent_spec(served), objective=OBJECTIVE)
         health = await served.idle()
     assert result.status == Status.FAILED, result
     assert result.error is not None and result.error.code == ErrorCode.REMOTE_FAILED
@@ -731,7 +720,7 @@ async def test_codex_served_over_a2a_delegates_itself_and_answers(
     research = a2a_server.card_url("stream")
     with served_codex(tmp_path, codex_binary, model_url, research) as served:
         spec = agent_spec(served)
-        result, events = await delegate(spec)
+        result, events = await delegate_for_events(spec, objective=OBJECTIVE)
         health = await served.idle()
     card = spec.target.card_info  # type: ignore[attr-defined]
     assert card.name == "subagent-engine codex" and card.streaming

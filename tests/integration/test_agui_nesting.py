@@ -42,8 +42,9 @@ from engine import (
     Kind,
     Status,
 )
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
 from tests.helpers.processes import ready_server
+from tests.helpers.runs import journal_so_far
 from tests.node_packages import ensure_npm_packages, run_node_json_lines
 from web.config import parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
@@ -78,19 +79,6 @@ def agui_agent(url: str, key: str = "remote", **policy: Any) -> AgentSpec:
         target=AguiTarget(AguiAgentConfig(url=url)),
         policy=DelegationPolicy(**policy),
     )
-
-
-async def journal(eng: Engine, run_id: str) -> list[JournalEntry]:
-    found = eng.journal(run_id)
-    assert found is not None
-    head = found.head
-    out: list[JournalEntry] = []
-    async with found.subscribe() as sub:
-        async for entry in sub:
-            out.append(entry)
-            if entry.cursor >= head:
-                break
-    return out
 
 
 def ask(objective: str, agent: str = "remote") -> DelegationRequest:
@@ -167,7 +155,7 @@ async def test_remote_subagents_two_levels_deep_are_subagents_of_our_subagent(
                     agent="remote", objective="Plan it.", parent_tool_call_id=PARENT_CALL
                 ),
             )
-        entries = await journal(eng, run.run_id)
+        entries = await journal_so_far(eng, run.run_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     assert result.status == Status.COMPLETED, result
     assert result.summary == "planned"
@@ -225,7 +213,7 @@ async def test_the_policy_folds_what_is_deeper_and_says_so(agui_base: str) -> No
                     agent="remote", objective="Plan it.", parent_tool_call_id=PARENT_CALL
                 ),
             )
-        entries = await journal(eng, run.run_id)
+        entries = await journal_so_far(eng, run.run_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     did = result.delegation_id
     attributed = events_of(streams(entries, run.run_id)["attributed"])
@@ -264,7 +252,7 @@ async def test_a_suspended_remote_subagent_continues_under_the_same_id(
             run.answer(handle.delegation_id, text="yes")
             result = await handle.wait()
             await run.emit(Kind.PARENT_TOOL_CALL_RESULT, tool_call_id=PARENT_CALL, result="ok")
-        entries = await journal(eng, run.run_id)
+        entries = await journal_so_far(eng, run.run_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     assert result.status == Status.COMPLETED, result
     did = result.delegation_id
@@ -312,12 +300,12 @@ async def test_an_engine_as_the_remote_of_another_engine_nests_its_subagents(
                         parent_tool_call_id=PARENT_CALL,
                     ),
                 )
-            entries = await journal(eng, run.run_id)
+            entries = await journal_so_far(eng, run.run_id)
         await agent.target.aclose()  # type: ignore[attr-defined]
         assert result.remote_task_id is not None
         # The inner server runs it under an id of its own; the AG-UI run id names it there.
         (inner_run,) = [hosted.run_id for hosted in inner_host.runs_named(result.remote_task_id)]
-        inner_journal = await journal(inner_host.engine, inner_run)
+        inner_journal = await journal_so_far(inner_host.engine, inner_run)
     assert result.status == Status.COMPLETED, result
     assert "research: completed" in (result.summary or "")
     did = result.delegation_id

@@ -40,15 +40,16 @@ from engine import (
     Engine,
     ErrorCode,
     InputRequiredMode,
-    JournalEntry,
     Kind,
     RemoteCancel,
     Run,
     Status,
     to_json,
 )
-from tests.conftest import REPO_ROOT
+from tests.helpers import REPO_ROOT
+from tests.helpers.events import MERGEABLE, events_of, kinds
 from tests.helpers.processes import ready_server
+from tests.helpers.runs import delegate_for_events, journal_so_far
 
 TOKEN = "test-token"
 
@@ -119,33 +120,6 @@ def agui_agent(
     )
 
 
-async def delegate(agent: AgentSpec, **request: Any) -> tuple[Any, list[Any]]:
-    async with Engine([agent]) as eng:
-        async with eng.open_run() as run:
-            result = await run.delegate(
-                DelegationRequest(agent=agent.key, objective="Summarize the design.", **request)
-            )
-        entries = await journal(eng, run.run_id)
-    await agent.target.aclose()  # type: ignore[attr-defined]
-    return result, of(entries, result.delegation_id)
-
-
-async def journal(eng: Engine, run_id: str) -> list[JournalEntry]:
-    """The run's journal up to its head now (the run may still be open: no waiting for more)."""
-    found = eng.journal(run_id)
-    assert found is not None
-    head = found.head
-    out: list[JournalEntry] = []
-    if head == 0:
-        return out
-    async with found.subscribe() as sub:
-        async for entry in sub:
-            out.append(entry)
-            if entry.cursor >= head:
-                break
-    return out
-
-
 async def input_request(run: Run) -> DelegationEvent:
     """The run's first input request, read from its events as they come."""
     async with run.events() as events:
@@ -153,19 +127,6 @@ async def input_request(run: Run) -> DelegationEvent:
             if entry.event.kind == Kind.INPUT_REQUIRED:
                 return entry.event
     raise AssertionError("the run ended without an input request")
-
-
-def of(entries: list[JournalEntry], delegation_id: str) -> list[Any]:
-    return [e.event for e in entries if e.event.delegation_id == delegation_id]
-
-
-def kinds(events: list[Any]) -> list[str]:
-    out: list[str] = []
-    for event in events:
-        merged = event.kind.endswith((".delta", ".args"))  # the lanes may merge adjacent ones
-        if not (out and out[-1] == event.kind and merged):
-            out.append(event.kind)
-    return out
 
 
 def text_of(events: list[Any], kind: str = Kind.TEXT_DELTA) -> str:
@@ -178,13 +139,13 @@ def text_of(events: list[Any], kind: str = Kind.TEXT_DELTA) -> str:
 async def test_stream_maps_to_the_subagent_family_and_the_remote_got_a_run_agent_input(
     agui_server: AguiServer,
 ) -> None:
-    result, events = await delegate(
+    result, events = await delegate_for_events(
         agui_agent(agui_server, "stream"), context="The design doc", parent_tool_call_id="toolu_1"
     )
     assert result.status == Status.COMPLETED, result
     assert result.remote_protocol == "agui"
     assert result.summary == "done: Summarize the design."
-    assert kinds(events) == [
+    assert kinds(events, merged=MERGEABLE) == [
         Kind.STARTED,
         Kind.STATUS,  # step research started
         Kind.TEXT_START,
@@ -236,9 +197,9 @@ async def test_stream_maps_to_the_subagent_family_and_the_remote_got_a_run_agent
 
 
 async def test_reasoning_and_text_keep_their_message_lifecycles(agui_server: AguiServer) -> None:
-    result, events = await delegate(agui_agent(agui_server, "reasoning"))
+    result, events = await delegate_for_events(agui_agent(agui_server, "reasoning"))
     assert result.status == Status.COMPLETED, result
-    assert kinds(events) == [
+    assert kinds(events, merged=MERGEABLE) == [
         Kind.STARTED,
         Kind.REASONING_START,
         Kind.REASONING_DELTA,
@@ -253,10 +214,10 @@ async def test_reasoning_and_text_keep_their_message_lifecycles(agui_server: Agu
 
 
 async def test_the_remotes_tool_call_is_a_subagent_tool_call(agui_server: AguiServer) -> None:
-    result, events = await delegate(agui_agent(agui_server, "tool"))
+    result, events = await delegate_for_events(agui_agent(agui_server, "tool"))
     assert result.status == Status.COMPLETED, result
     calls = [e for e in events if e.kind.startswith("subagent.tool_call.")]
-    assert kinds(calls) == [
+    assert kinds(calls, merged=MERGEABLE) == [
         Kind.TOOL_CALL_START,
         Kind.TOOL_CALL_ARGS,
         Kind.TOOL_CALL_END,
@@ -273,10 +234,10 @@ async def test_the_remotes_tool_call_is_a_subagent_tool_call(agui_server: AguiSe
 async def test_chunk_events_are_expanded_as_the_official_client_does(
     agui_server: AguiServer,
 ) -> None:
-    result, events = await delegate(agui_agent(agui_server, "chunks"))
+    result, events = await delegate_for_events(agui_agent(agui_server, "chunks"))
     assert result.status == Status.COMPLETED, result
     assert text_of(events) == "Chunked text arrives."
-    assert kinds(events) == [
+    assert kinds(events, merged=MERGEABLE) == [
         Kind.STARTED,
         Kind.TEXT_START,
         Kind.TEXT_DELTA,
@@ -289,7 +250,7 @@ async def test_chunk_events_are_expanded_as_the_official_client_does(
 
 
 async def test_crlf_framing_is_read(agui_server: AguiServer) -> None:
-    result, events = await delegate(agui_agent(agui_server, "crlf"))
+    result, events = await delegate_for_events(agui_agent(agui_server, "crlf"))
     assert result.status == Status.COMPLETED, result
     assert text_of(events) == "Hello from AG-UI."
 
@@ -297,7 +258,7 @@ async def test_crlf_framing_is_read(agui_server: AguiServer) -> None:
 async def test_remote_subagents_are_nested_subagents_of_the_delegation(
     agui_server: AguiServer,
 ) -> None:
-    result, events = await delegate(agui_agent(agui_server, "subagents"))
+    result, events = await delegate_for_events(agui_agent(agui_server, "subagents"))
     assert result.status == Status.COMPLETED, result
     nested_id = f"{result.delegation_id}/sub-1"
     lifecycle = [(e.kind, e.nested_id) for e in events if e.kind.startswith("subagent.nested.")]
@@ -326,7 +287,7 @@ async def test_the_parents_agui_stream_stays_valid_in_every_mode(
             await run.delegate(
                 DelegationRequest(agent="remote", objective="x", parent_tool_call_id="toolu_1")
             )
-        entries = await journal(eng, run.run_id)
+        entries = await journal_so_far(eng, run.run_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     for mode in MODES:
         encoder = AguiStreamEncoder("thread", run.run_id, mode)
@@ -345,7 +306,7 @@ async def test_the_parents_agui_stream_stays_valid_in_every_mode(
 async def test_credential_and_identity_go_to_the_agent_and_never_into_events(
     agui_server: AguiServer,
 ) -> None:
-    refused, _ = await delegate(agui_agent(agui_server, "auth", token="wrong"))
+    refused, _ = await delegate_for_events(agui_agent(agui_server, "auth", token="wrong"))
     assert refused.error is not None and refused.error.code == ErrorCode.REMOTE_REJECTED
     assert "authentication refused" in refused.error.message
     assert "wrong" not in to_json(refused)
@@ -355,7 +316,7 @@ async def test_credential_and_identity_go_to_the_agent_and_never_into_events(
         result = await run.delegate(
             DelegationRequest(agent="remote", objective="x", parent_tool_call_id="toolu_9")
         )
-        entries = await journal(eng, run.run_id)
+        entries = await journal_so_far(eng, run.run_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     assert result.status == Status.COMPLETED, result
     (received,) = agui_server.runs(result.remote_context_id)
@@ -393,7 +354,7 @@ async def test_interrupt_is_answered_by_a_resume_run_covering_every_interrupt(
         asked = await input_request(run)
         run.answer(handle.delegation_id, data={"approve-delete": True, "confirm-scope": "tmp only"})
         result = await handle.wait()
-        entries = of(await journal(eng, run.run_id), handle.delegation_id)
+        entries = events_of(await journal_so_far(eng, run.run_id), handle.delegation_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     assert asked.raw is not None
     assert asked.raw["interruptIds"] == ["approve-delete", "confirm-scope"]
@@ -434,7 +395,7 @@ async def test_one_text_answer_answers_every_interrupt(agui_server: AguiServer) 
 async def test_interrupt_refused_by_default_policy_is_a_typed_error(
     agui_server: AguiServer,
 ) -> None:
-    result, events = await delegate(agui_agent(agui_server, "interrupt"))
+    result, events = await delegate_for_events(agui_agent(agui_server, "interrupt"))
     assert result.error is not None
     assert result.error.code == ErrorCode.INPUT_REQUIRED_UNSUPPORTED
     assert "May I delete?" in result.error.message
@@ -445,13 +406,13 @@ async def test_interrupt_refused_by_default_policy_is_a_typed_error(
 
 
 async def test_run_error_is_a_remote_failure(agui_server: AguiServer) -> None:
-    result, events = await delegate(agui_agent(agui_server, "error"))
+    result, events = await delegate_for_events(agui_agent(agui_server, "error"))
     assert result.status == Status.FAILED
     assert result.error is not None and result.error.code == ErrorCode.REMOTE_FAILED
     assert "boom" in result.error.message
     assert (result.error.metadata or {})["remote_code"] == "E_BOOM"
     assert [m.text for m in result.messages] == ["Trying..."]  # what came before is kept
-    assert kinds(events)[-1] == Kind.FAILED
+    assert kinds(events, merged=MERGEABLE)[-1] == Kind.FAILED
 
 
 @pytest.mark.parametrize(
@@ -472,13 +433,13 @@ async def test_malformed_streams_end_with_a_typed_error_and_the_run_goes_on(
         with trio.fail_after(10):  # badjson keeps its stream open: the frame itself must end it
             failed = await run.delegate(DelegationRequest(agent="bad", objective="x"))
         after = await run.delegate(DelegationRequest(agent="good", objective="y"))
-        entries = await journal(eng, run.run_id)
+        entries = await journal_so_far(eng, run.run_id)
     for agent in (bad, good):
         await agent.target.aclose()  # type: ignore[attr-defined]
     assert failed.status == Status.FAILED
     assert failed.error is not None and failed.error.code == code, failed.error
     assert words in failed.error.message
-    events = of(entries, failed.delegation_id)
+    events = events_of(entries, failed.delegation_id)
     assert sum(e.kind in Kind.DELEGATION_TERMINALS for e in events) == 1
     assert events[-1].kind == Kind.FAILED
     assert after.status == Status.COMPLETED, after
@@ -589,7 +550,7 @@ async def test_no_stop_for_a_remote_run_that_ended_or_never_started(
         config = agent.target.config  # type: ignore[attr-defined]
         url = f"http://127.0.0.1:{closed_port()}/agents/stream"
         agent = attrs.evolve(agent, target=AguiTarget(attrs.evolve(config, url=url)))
-    result, _ = await delegate(agent)
+    result, _ = await delegate_for_events(agent)
     assert result.error is not None and result.error.code == code, result.error
     # Nothing runs at the remote for this delegation: not_needed (or no cancel at all), never
     # cancel_pending, and no stop request.
@@ -631,7 +592,7 @@ async def test_a_run_we_left_without_its_terminal_is_stopped_once(
     timeout = policy.pop("timeout", None)
     agent = agui_agent(agui_server, scenario, cancel_retry_window=0.0, **policy)
     with trio.fail_after(20):
-        result, _ = await delegate(agent, timeout_seconds=timeout)
+        result, _ = await delegate_for_events(agent, timeout_seconds=timeout)
     assert result.error is not None and result.error.code == code, result.error
     assert result.remote_cancel == RemoteCancel.CONFIRMED
     (stop,) = stops_of(agui_server, result.delegation_id)
@@ -724,13 +685,13 @@ async def test_agui_and_a2a_delegations_side_by_side_give_the_same_event_family(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(one, "agui-agent")
             nursery.start_soon(one, "a2a-agent")
-        entries = await journal(eng, run.run_id)
+        entries = await journal_so_far(eng, run.run_id)
     for agent in (agui, a2a):
         await agent.target.aclose()  # type: ignore[attr-defined]
     families = {}
     for key, result in results.items():
         assert result.status == Status.COMPLETED, result
-        events = of(entries, result.delegation_id)
+        events = events_of(entries, result.delegation_id)
         assert all(e.kind.startswith("subagent.") for e in events)
         assert events[0].kind == Kind.STARTED and events[-1].kind == Kind.FINISHED
         assert {e.agent_key for e in events} == {key}

@@ -23,31 +23,19 @@ from engine import (
     Engine,
     ErrorCode,
     InputRequiredMode,
-    JournalEntry,
     Kind,
     RemoteCancel,
     Status,
     to_json,
 )
+from tests.helpers.agents import a2a_agent
+from tests.helpers.events import events_of, kinds
+from tests.helpers.runs import delegate, raw_delegate, whole_journal
 from tests.helpers.task_tracker import tracking
-from tests.integration.test_a2a_delegation import (
-    a2a_agent,
-    delegate,
-    kinds,
-    of,
-    raw_delegate,
-)
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
 
 #: No journaled event may be bigger than this: artifact content stays out of the stream.
 MAX_EVENT_JSON = 64 * 1024
-
-
-async def journal_of(eng: Engine, run_id: str) -> list[JournalEntry]:
-    journal = eng.journal(run_id)
-    assert journal is not None
-    async with journal.subscribe() as sub:
-        return [entry async for entry in sub]
 
 
 async def wait_for_working(run: Any) -> Any:
@@ -100,7 +88,7 @@ async def test_scenario_1_started_text_artifact_and_finished_with_the_task_id(
     a2a_server: Any,
 ) -> None:
     result, entries = await delegate(a2a_agent(a2a_server.card_url("stream")))
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     sequence = [e.kind for e in events]
     assert sequence[0] == Kind.STARTED
     assert sequence.index(Kind.TEXT_START) < sequence.index(Kind.TEXT_DELTA)
@@ -126,12 +114,12 @@ async def test_a_failed_result_carries_the_fingerprint_of_the_card_it_used(
     async with Engine([agent]) as eng:
         async with eng.open_run() as run:
             result = await run.delegate(DelegationRequest(agent="remote", objective="x"))
-        entries = await journal_of(eng, run.run_id)
+        entries = await whole_journal(eng, run.run_id)
     fingerprint = agent.target.fingerprint  # type: ignore[attr-defined]
     await agent.target.aclose()  # type: ignore[attr-defined]
     assert result.error is not None and result.error.code == ErrorCode.REMOTE_REJECTED
     assert fingerprint and fingerprint.startswith("sha256:")
-    started = of(entries, result.delegation_id)[0]
+    started = events_of(entries, result.delegation_id)[0]
     assert started.kind == Kind.STARTED
     assert result.card_fingerprint == fingerprint
     assert started.card_fingerprint == fingerprint
@@ -185,9 +173,9 @@ async def test_an_unrecoverable_stream_fails_with_stream_interrupted_after_both_
     methods = scenario.methods()
     assert methods[:3] == ["SendStreamingMessage", "SubscribeToTask", "GetTask"]
     assert methods[-1] == "CancelTask"  # the task still runs remotely: it is cancelled
-    statuses = [e.status for e in of(entries, result.delegation_id) if e.kind == Kind.STATUS]
+    statuses = [e.status for e in events_of(entries, result.delegation_id) if e.kind == Kind.STATUS]
     assert "stream_interrupted" in statuses
-    assert [e.kind for e in of(entries, result.delegation_id)][-1] == Kind.FAILED
+    assert [e.kind for e in events_of(entries, result.delegation_id)][-1] == Kind.FAILED
 
 
 async def test_a_stale_snapshot_never_overrides_newer_streamed_state(
@@ -200,9 +188,9 @@ async def test_a_stale_snapshot_never_overrides_newer_streamed_state(
     )
     result, entries = await raw_delegate(nursery, scenario)
     assert "GetTask" in scenario.methods()
-    statuses = [e.status for e in of(entries, result.delegation_id) if e.kind == Kind.STATUS]
+    statuses = [e.status for e in events_of(entries, result.delegation_id) if e.kind == Kind.STATUS]
     assert "submitted" not in statuses
-    assert of(entries, result.delegation_id)[0].status == "working"  # started carried it
+    assert events_of(entries, result.delegation_id)[0].status == "working"  # started carried it
     assert result.error is not None and result.error.code == ErrorCode.STREAM_INTERRUPTED
 
 
@@ -248,11 +236,11 @@ async def test_parent_cancel_with_a_slow_remote_cancel_is_pending_then_followed_
         assert eng.cancel_followups[result.delegation_id] == "retrying"  # the watcher goes on
         with trio.fail_after(15):
             outcome = await eng.wait_cancel_followup(result.delegation_id)
-        entries = await journal_of(eng, run.run_id)
+        entries = await whole_journal(eng, run.run_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     assert result.status == Status.CANCELLED
     assert result.remote_cancel == RemoteCancel.PENDING
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     assert [e.kind for e in events][-2:] == [Kind.STATUS, Kind.CANCELLED]
     assert events[-2].status == "cancel_pending"
     assert outcome == "confirmed_late"
@@ -298,7 +286,7 @@ async def test_ending_the_run_cancels_the_remote_task_with_tenant_and_metadata(
             await wait_for_working(run)
             # Leaving the block normally ends the run: the delegation is cancelled.
         result = handle.result()
-        entries = await journal_of(eng, run.run_id)
+        entries = await whole_journal(eng, run.run_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     assert result.status == Status.CANCELLED
     assert result.remote_cancel == RemoteCancel.CONFIRMED
@@ -357,7 +345,7 @@ async def test_the_answer_goes_to_the_same_task_and_context(a2a_server: Any) -> 
                             break
             run.answer(handle.delegation_id, text="Ada")
             result = await handle.wait()
-        entries = await journal_of(eng, run.run_id)
+        entries = await whole_journal(eng, run.run_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     assert result.status == Status.COMPLETED, result
     assert asked.text == "What is your name?"
@@ -366,7 +354,7 @@ async def test_the_answer_goes_to_the_same_task_and_context(a2a_server: Any) -> 
     assert follow_up[0]["client_task_id"] == result.remote_task_id
     assert follow_up[0]["client_context_id"] == result.remote_context_id
     assert follow_up[0]["text"] == "Ada"
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     after = [e.kind for e in events][[e.kind for e in events].index(Kind.INPUT_REQUIRED) :]
     assert Kind.TEXT_DELTA in after  # it streamed again after the answer
     assert sum(e.kind in Kind.DELEGATION_TERMINALS for e in events) == 1
@@ -384,7 +372,7 @@ async def test_an_unanswered_input_request_times_out_and_cancels_the_remote(
     result, entries = await delegate(agent)
     assert result.status == Status.FAILED
     assert result.error is not None and result.error.code == ErrorCode.INPUT_REQUIRED
-    assert Kind.INPUT_REQUIRED in kinds(of(entries, result.delegation_id))
+    assert Kind.INPUT_REQUIRED in kinds(events_of(entries, result.delegation_id))
     assert a2a_server.entries("input", "cancels", result.remote_task_id)
 
 
@@ -398,7 +386,7 @@ async def test_auth_required_is_surfaced_like_input_and_bounded(nursery: trio.Nu
     result, entries = await raw_delegate(
         nursery, scenario, input_required=InputRequiredMode.SURFACE, input_wait_timeout=0.2
     )
-    asked = [e for e in of(entries, result.delegation_id) if e.kind == Kind.INPUT_REQUIRED]
+    asked = [e for e in events_of(entries, result.delegation_id) if e.kind == Kind.INPUT_REQUIRED]
     assert len(asked) == 1 and asked[0].status == "auth_required"
     assert result.error is not None and result.error.code == ErrorCode.INPUT_REQUIRED
     assert scenario.methods()[-1] == "CancelTask"
@@ -421,7 +409,7 @@ async def test_a_huge_artifact_refused_by_policy_is_not_inlined_either(a2a_serve
     agent = a2a_agent(a2a_server.card_url("huge"), max_artifact_bytes=1 << 20)
     result, entries = await delegate(agent)
     assert result.error is not None and result.error.code == ErrorCode.ARTIFACT_TOO_LARGE
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     refused = [e for e in events if e.kind == Kind.ARTIFACT and e.error is not None]
     assert refused and refused[0].error.code == ErrorCode.ARTIFACT_TOO_LARGE
     assert events[-1].kind == Kind.FAILED
@@ -487,7 +475,7 @@ async def test_max_artifacts_trims_the_excess_and_announces_it(nursery: trio.Nur
     assert result.status == Status.COMPLETED, result
     assert [a.id for a in result.artifacts] == ["a1"]
     assert (result.metadata or {}).get("artifacts_dropped") == 2
-    dropped = [e for e in of(entries, result.delegation_id) if e.kind == Kind.STREAM_DROPPED]
+    dropped = [e for e in events_of(entries, result.delegation_id) if e.kind == Kind.STREAM_DROPPED]
     assert [e.remote_artifact_id for e in dropped] == ["a2", "a3"]
     assert {e.dropped.reason for e in dropped} == {"max_artifacts"}
 
@@ -497,7 +485,7 @@ async def test_max_artifacts_trims_the_excess_and_announces_it(nursery: trio.Nur
 
 async def test_duplicate_remote_events_double_neither_text_nor_status(a2a_server: Any) -> None:
     result, entries = await delegate(a2a_agent(a2a_server.card_url("dup")))
-    events = of(entries, result.delegation_id)
+    events = events_of(entries, result.delegation_id)
     assert result.status == Status.COMPLETED
     text = "".join(e.delta for e in events if e.kind == Kind.TEXT_DELTA)
     assert text == "said twice"
@@ -532,10 +520,10 @@ async def test_scenario_8_unknown_key_exposes_no_secret(a2a_server: Any) -> None
     async with Engine([agent]) as eng:
         async with eng.open_run() as run:
             result = await run.delegate(DelegationRequest(agent="unknown", objective="x"))
-        entries = await journal_of(eng, run.run_id)
+        entries = await whole_journal(eng, run.run_id)
     await agent.target.aclose()  # type: ignore[attr-defined]
     assert result.error is not None and result.error.code == ErrorCode.AGENT_NOT_FOUND
-    assert of(entries, result.delegation_id)[-1].kind == Kind.FAILED
+    assert events_of(entries, result.delegation_id)[-1].kind == Kind.FAILED
     assert "test-token" not in to_json(result)
     assert all("test-token" not in to_json(e.event) for e in entries)
     log = a2a_server.log()["auth"]

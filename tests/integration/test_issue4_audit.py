@@ -18,8 +18,8 @@ import trio
 
 from adapters.a2a import A2AAgentConfig, A2ATarget
 from engine import AgentSpec, ErrorCode, Kind, Status
+from tests.helpers.agents import a2a_agent
 from tests.integration.mcp_client import mcp_session
-from tests.integration.test_a2a_delegation import a2a_agent
 from tests.integration.test_mcp_endpoint import (
     OBJECTIVE,
     call_args,

@@ -36,8 +36,8 @@ from engine import (
     Status,
     to_json,
 )
+from tests.helpers.agents import a2a_agent
 from tests.integration.mcp_client import mcp_session
-from tests.integration.test_a2a_delegation import a2a_agent
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a
 
 # The mcp client (not the endpoint) leaves httpx2's SSE generators to the garbage collector when

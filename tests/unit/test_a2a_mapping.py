@@ -48,12 +48,9 @@ from tests.helpers.a2a_builders import (
     on_task,
     task,
 )
+from tests.helpers.events import kinds
 
 S = TaskState
-
-
-def kinds(updates: list[TargetUpdate]) -> list[str]:
-    return [u.kind for u in updates]
 
 
 def started_mapper() -> A2AEventMapper:

@@ -23,10 +23,7 @@ from engine import (
     open_run,
 )
 from tests.fakes import ScriptedTarget, delta, finished, journal_kinds, started, status
-
-
-def spec(target: object, key: str = "remote", **policy: object) -> AgentSpec:
-    return AgentSpec(key=key, target=target, policy=DelegationPolicy(**policy))  # type: ignore[arg-type]
+from tests.helpers.agents import spec
 
 
 def request(agent: str = "remote", **fields: object) -> DelegationRequest:

@@ -20,6 +20,7 @@ from engine import (
     Kind,
     TargetUpdate,
 )
+from tests.helpers.events import kinds
 
 STARTED = {"type": "RUN_STARTED", "threadId": "t-1", "runId": "r-1"}
 FINISHED = {"type": "RUN_FINISHED", "threadId": "t-1", "runId": "r-1"}
@@ -35,10 +36,6 @@ def mapped(*events: Any) -> tuple[AguiRemoteMapper, list[TargetUpdate]]:
     for event in events:
         out += mapper.feed_event(event)
     return mapper, out
-
-
-def kinds(updates: list[TargetUpdate]) -> list[str]:
-    return [u.kind for u in updates]
 
 
 def text(*deltas: str, message_id: str = "m1", **tag: Any) -> list[dict[str, Any]]:

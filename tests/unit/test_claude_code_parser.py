@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from adapters.parents import ClaudeStreamParser, ParentEvent
 from engine import Kind
 from fuzz.fuzz_claude_stream import check_parent_events
+from tests.helpers.events import kinds
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli"
 TOOL = "mcp__subagents__delegate_to_agent"
@@ -107,10 +108,6 @@ def feed(parser: ClaudeStreamParser, *lines: str) -> list[ParentEvent]:
     for line in lines:
         out += parser.feed(line)
     return out
-
-
-def kinds(events: list[ParentEvent]) -> list[str]:
-    return [e.kind for e in events]
 
 
 def customs(events: list[ParentEvent]) -> list[str]:

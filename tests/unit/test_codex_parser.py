@@ -20,6 +20,7 @@ from adapters.parents import CodexConfig, CodexJsonlParser, ParentEvent, codex_c
 from adapters.parents._codex import toml_value
 from engine import Kind
 from fuzz.fuzz_claude_stream import check_parent_events
+from tests.helpers.events import kinds
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "cli"
 
@@ -75,10 +76,6 @@ def feed(parser: CodexJsonlParser, *lines: str) -> list[ParentEvent]:
     for text in lines:
         out += parser.feed(text)
     return out
-
-
-def kinds(events: list[ParentEvent]) -> list[str]:
-    return [e.kind for e in events]
 
 
 def test_a_turn_gives_text_reasoning_and_the_tool_call() -> None:

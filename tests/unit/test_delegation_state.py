@@ -29,6 +29,7 @@ from engine import (
     Status,
     TargetUpdate,
 )
+from tests.helpers.events import kinds
 
 IDENTITY = DelegationIdentity(
     run_id="run-1",
@@ -63,10 +64,6 @@ def feed(state: DelegationState, *updates: TargetUpdate) -> list[DelegationEvent
     for update in updates:
         out.extend(state.feed(update))
     return out
-
-
-def kinds(events: Iterable[DelegationEvent]) -> list[str]:
-    return [e.kind for e in events]
 
 
 def started(**fields: object) -> TargetUpdate:

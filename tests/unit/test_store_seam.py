@@ -24,7 +24,7 @@ from engine import (
 )
 from engine.testing import check_journal_store
 from tests.fakes import ScriptedTarget, delta, finished, started
-from tests.unit.test_actors import spec
+from tests.helpers.agents import spec
 
 
 class RecordingStore:
