@@ -12,8 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import socket
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
@@ -21,11 +19,9 @@ import pytest
 import trio
 from mcp.shared.exceptions import MCPError
 
-from adapters.a2a import A2ATarget
-from adapters.inprocess import InProcessTarget, LocalTask
+from adapters.inprocess import LocalTask
 from adapters.mcp import DelegationEndpoint, EndpointRefused
 from engine import (
-    AgentSpec,
     Engine,
     ErrorCode,
     InputRequiredMode,
@@ -36,8 +32,16 @@ from engine import (
     Status,
     to_json,
 )
-from tests.helpers.agents import a2a_agent
-from tests.integration.mcp_client import mcp_session
+from tests.helpers.agents import a2a_agent, local_agent
+from tests.helpers.mcp import (
+    RawMCP,
+    call_args,
+    journal_events,
+    mcp_session,
+    open_endpoint_run,
+    post_initialize,
+)
+from tests.helpers.runs import OBJECTIVE
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a
 
 # The mcp client (not the endpoint) leaves httpx2's SSE generators to the garbage collector when
@@ -47,44 +51,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
     "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
 )
-
-OBJECTIVE = "Summarize the design."
-
-
-async def _echo(task: LocalTask) -> str:
-    await task.say("looked at ", task.objective)
-    return f"summary of {task.objective}"
-
-
-def local_agent(key: str = "research", fn: Any = _echo, **spec: Any) -> AgentSpec:
-    return AgentSpec(key=key, target=InProcessTarget(fn), **spec)
-
-
-@asynccontextmanager
-async def open_endpoint_run(
-    agents: list[AgentSpec], **settings: Any
-) -> AsyncIterator[tuple[DelegationEndpoint, Engine, Run]]:
-    try:
-        async with (
-            DelegationEndpoint(**settings).serve() as endpoint,
-            Engine(agents, endpoints=endpoint) as eng,
-            eng.open_run() as run,
-        ):
-            yield endpoint, eng, run
-    finally:
-        for agent in agents:
-            if isinstance(agent.target, A2ATarget):
-                await agent.target.aclose()
-
-
-def call_args(agent: str = "research", **extra: Any) -> dict[str, Any]:
-    return {"agent": agent, "objective": OBJECTIVE, **extra}
-
-
-async def journal_events(eng: Engine, run_id: str) -> list[Any]:
-    journal = eng.journal(run_id)
-    assert journal is not None
-    return [e.event for e in await journal.store.read_after(0, journal.head)]
 
 
 async def wait_for_kind(run: Run, kind: str, count: int = 1) -> list[Any]:
@@ -295,25 +261,6 @@ async def test_unknown_agent_is_a_structured_failure_without_outbound_request() 
 # -- auth -----------------------------------------------------------------------------------
 
 
-async def _post_initialize(url: str, headers: dict[str, str]) -> httpx.Response:
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "raw", "version": "0"},
-        },
-    }
-    async with httpx.AsyncClient(timeout=10.0) as http:
-        return await http.post(
-            url,
-            json=body,
-            headers={"accept": "application/json, text/event-stream", **headers},
-        )
-
-
 async def test_requests_without_the_runs_token_get_a_readable_401(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -333,13 +280,13 @@ async def test_requests_without_the_runs_token_get_a_readable_401(
             "other run": dict(other.endpoint.headers),
         }
         for name, headers in cases.items():
-            response = await _post_initialize(url, headers)
+            response = await post_initialize(url, headers)
             assert response.status_code == 401, name
             assert response.headers["www-authenticate"].startswith("Bearer")
             body = response.json()
             assert body["error"] == "unauthorized"
             assert "token" in body["message"].lower() or "bearer" in body["message"].lower()
-        ok = await _post_initialize(url, dict(run.endpoint.headers))
+        ok = await post_initialize(url, dict(run.endpoint.headers))
         assert ok.status_code == 200
         assert endpoint.refused_requests == len(cases)
         tokens = (run.endpoint.token, other.endpoint.token)
@@ -364,10 +311,10 @@ async def test_a_closed_runs_token_is_revoked() -> None:
         async with eng.open_run() as run:
             assert run.endpoint is not None
             endpoint_of_run: RunEndpoint = run.endpoint
-            opened = await _post_initialize(run.endpoint.url, dict(run.endpoint.headers))
+            opened = await post_initialize(run.endpoint.url, dict(run.endpoint.headers))
             assert opened.is_success
         assert endpoint.open_runs == 0
-        response = await _post_initialize(endpoint_of_run.url, dict(endpoint_of_run.headers))
+        response = await post_initialize(endpoint_of_run.url, dict(endpoint_of_run.headers))
     assert response.status_code == 401
 
 
@@ -637,44 +584,6 @@ async def test_the_parents_tool_timeout_cancels_the_remote_task(a2a_server: Any)
     assert len(a2a_server.entries("hang", "cancels", result.remote_task_id)) == 1
 
 
-class _RawMCP:
-    """Just enough MCP over raw HTTP to drop a connection or DELETE a session mid-call."""
-
-    def __init__(self, endpoint: RunEndpoint, http: httpx.AsyncClient) -> None:
-        self.endpoint = endpoint
-        self.http = http
-        self.session_id = ""
-
-    def headers(self) -> dict[str, str]:
-        headers = {
-            **self.endpoint.headers,
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2025-06-18",
-        }
-        if self.session_id:
-            headers["mcp-session-id"] = self.session_id
-        return headers
-
-    async def open(self) -> None:
-        response = await _post_initialize(self.endpoint.url, dict(self.endpoint.headers))
-        response.raise_for_status()
-        self.session_id = response.headers["mcp-session-id"]
-        notified = await self.http.post(
-            self.endpoint.url,
-            json={"jsonrpc": "2.0", "method": "notifications/initialized"},
-            headers=self.headers(),
-        )
-        assert notified.status_code == 202
-
-    def call_body(self, arguments: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "jsonrpc": "2.0",
-            "id": 7,
-            "method": "tools/call",
-            "params": {"name": "delegate_to_agent", "arguments": arguments},
-        }
-
-
 async def _wait_until_ended(run: Run) -> None:
     """Until the run's (only) delegation has its terminal event in the journal."""
     with trio.fail_after(20):
@@ -689,7 +598,7 @@ async def test_a_dropped_connection_cancels_the_remote_task(a2a_server: Any) -> 
     async with open_endpoint_run([a2a_agent(a2a_server.card_url("hang"))]) as (endpoint, eng, run):
         assert run.endpoint is not None
         async with httpx.AsyncClient(timeout=10.0) as http:
-            raw = _RawMCP(run.endpoint, http)
+            raw = RawMCP(run.endpoint, http)
             await raw.open()
             async with http.stream(
                 "POST",
@@ -711,7 +620,7 @@ async def test_a_session_delete_cancels_the_remote_task(a2a_server: Any) -> None
     async with open_endpoint_run([a2a_agent(a2a_server.card_url("hang"))]) as (_, eng, run):
         assert run.endpoint is not None
         async with httpx.AsyncClient(timeout=10.0) as http, trio.open_nursery() as nursery:
-            raw = _RawMCP(run.endpoint, http)
+            raw = RawMCP(run.endpoint, http)
             await raw.open()
 
             async def call() -> None:

@@ -23,7 +23,7 @@ import trio
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.mcp import DelegationEndpoint
 from engine import AgentSpec, Engine, EngineLimits, Kind, Run, Status
-from tests.integration.mcp_client import mcp_session
+from tests.helpers.mcp import mcp_session
 
 # The mcp client (not the endpoint) leaves httpx2's SSE generators to the garbage collector when
 # a session closes; that is the client library's business, not something these tests check.

@@ -31,7 +31,8 @@ from mcp.shared._context_streams import ContextSendStream
 
 from adapters.inprocess import LocalTask
 from engine import Kind, Run, Status
-from tests.integration.test_mcp_endpoint import _RawMCP, call_args, local_agent, open_endpoint_run
+from tests.helpers.agents import local_agent
+from tests.helpers.mcp import RawMCP, call_args, open_endpoint_run
 
 ITERATIONS = 50
 CANCEL = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}
@@ -96,7 +97,7 @@ async def _open_call(http: httpx.AsyncClient, run: Run, agent: _Agent, objective
     (to start in a nursery) and a function that waits for the call's response (its SSE stream
     ends with the session)."""
     assert run.endpoint is not None
-    raw = _RawMCP(run.endpoint, http)
+    raw = RawMCP(run.endpoint, http)
     await raw.open()
     done = trio.Event()
     responses: list[httpx.Response] = []

@@ -27,6 +27,7 @@ from adapters.agui import check_frames, parse_sse
 from adapters.parents import ScriptedParent
 from demo import demo_agents
 from engine import Engine, EngineLimits, Run
+from tests.helpers.mcp import INITIALIZE, PROTOCOL_VERSION
 from web.config import parse_config
 from web.server import (
     WS_MESSAGE_BURST,
@@ -452,26 +453,16 @@ async def test_the_mcp_listener_refuses_pages_rebinding_websockets_and_two_crede
         host.engine.open_run() as second,
     ):
         url, token = first.endpoint.url, first.endpoint.token
-        initialize = {
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": "initialize",
-            "params": {
-                "protocolVersion": "2025-06-18",
-                "capabilities": {},
-                "clientInfo": {"name": "test", "version": "1"},
-            },
-        }
         accept = {"accept": "application/json, text/event-stream"}
         page = await http.post(
             url,
-            json=initialize,
+            json=INITIALIZE,
             headers={**accept, "authorization": f"Bearer {token}", "origin": "http://x.y"},
         )
         refused(page, 403, "forbidden_origin")
         plain = await http.post(
             url,
-            content=json.dumps(initialize),
+            content=json.dumps(INITIALIZE),
             headers={
                 **accept,
                 "authorization": f"Bearer {token}",
@@ -499,7 +490,7 @@ async def test_the_mcp_listener_refuses_pages_rebinding_websockets_and_two_crede
         # The scheme in any case; a session opened with one run's token is unknown to
         # another's, and its id is never printed.
         opened = await http.post(
-            url, json=initialize, headers={**accept, "authorization": f"bearer {token}"}
+            url, json=INITIALIZE, headers={**accept, "authorization": f"bearer {token}"}
         )
         assert opened.status_code == 200, opened.text
         session = opened.headers["mcp-session-id"]
@@ -510,7 +501,7 @@ async def test_the_mcp_listener_refuses_pages_rebinding_websockets_and_two_crede
                 **accept,
                 "authorization": f"Bearer {second.endpoint.token}",
                 "mcp-session-id": session,
-                "mcp-protocol-version": "2025-06-18",
+                "mcp-protocol-version": PROTOCOL_VERSION,
             },
         )
         assert foreign.status_code == 404
