@@ -27,7 +27,7 @@ from a2a.types import (
 )
 from a2a.utils.constants import TransportProtocol
 
-from tests.integration.conftest import A2A_JS_SCENARIOS, A2AJsServer
+from tests.helpers.peers import A2A_JS_SCENARIOS, A2AJsServer
 
 BINDINGS = [TransportProtocol.JSONRPC.value, TransportProtocol.HTTP_JSON.value]
 STEP_TIMEOUT = 5.0

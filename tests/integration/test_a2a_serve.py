@@ -20,13 +20,11 @@ import select
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -65,70 +63,23 @@ from engine import (
     RemoteCancel,
     Status,
 )
-from tests.helpers.processes import ready_server
+from tests.helpers import REPO_ROOT
+from tests.helpers.peers import (
+    CODEX_MODEL,
+    MODEL_KEY_ENV,
+    ScriptedModel,
+    ServedAgent,
+    a2a_serve_argv,
+    served_agent,
+)
 from tests.helpers.runs import delegate_for_events
-from tests.node_packages import ensure_npm_packages
 from tools.peers.children import read_ready_port, stop_process_group
 
-REPO = Path(__file__).resolve().parents[2]
 JSONRPC, REST = "JSONRPC", "HTTP+JSON"
 BINDINGS = (JSONRPC, REST)
 OBJECTIVE = "Summarize the design"
 REPLY = f"You asked: {OBJECTIVE}. Here is the scripted answer."
 SLOW_TEXT = "".join(f"chunk {i} " for i in range(300))
-
-
-@dataclass
-class ServedAgent:
-    """A running `a2a-serve` process."""
-
-    port: int
-    pid: int
-    stderr_path: str
-    _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def card_url(self) -> str:
-        return f"{self.base_url}/.well-known/agent-card.json"
-
-    def health(self) -> dict[str, Any]:
-        response = self._http.get(f"{self.base_url}/healthz")
-        response.raise_for_status()
-        found: dict[str, Any] = response.json()
-        return found
-
-    async def idle(self, within: float = 10.0) -> dict[str, Any]:
-        """Wait until no task runs and no parent thread is alive; the last health reading."""
-        with trio.move_on_after(within):
-            while True:
-                health = self.health()
-                if health["tasks_running"] == 0 and health["parent_threads"] == 0:
-                    return health
-                await trio.sleep(0.05)
-        return self.health()
-
-    def stderr(self) -> str:
-        return Path(self.stderr_path).read_text(errors="replace")
-
-
-def a2a_serve_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cli", "a2a-serve", "--port", "0", "--watch-stdin", *args]
-
-
-@contextmanager
-def served_agent(*args: str) -> Iterator[ServedAgent]:
-    """A running `a2a-serve` (it inherits this process's environment)."""
-    argv = a2a_serve_argv(*args)
-    with ready_server(argv, cwd=REPO, name="a2a_serve") as (port, pid, stderr_path):
-        agent = ServedAgent(port=port, pid=pid, stderr_path=stderr_path)
-        try:
-            yield agent
-        finally:
-            agent._http.close()
 
 
 @pytest.fixture(scope="module")
@@ -461,7 +412,7 @@ def a2a_serve_exit(
     stdin); one refused at start exits 2."""
     return subprocess.run(
         a2a_serve_argv(*args),
-        cwd=REPO,
+        cwd=REPO_ROOT,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -634,7 +585,7 @@ def test_sigterm_mid_task_stops_the_parent_and_exits_0() -> None:
     with tempfile.NamedTemporaryFile(prefix="a2a-serve-", suffix=".stderr") as stderr:
         proc = subprocess.Popen(
             a2a_serve_argv("--parent", "scripted", "--script", "slow"),
-            cwd=REPO,
+            cwd=REPO_ROOT,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -670,21 +621,15 @@ def test_sigterm_mid_task_stops_the_parent_and_exits_0() -> None:
 
 # --- Codex served over A2A (the pinned binary, against the scripted model endpoint) -----------
 
-CLI_DIR = REPO / "tests" / "cli_agents"
-MODEL_KEY_ENV = "SCRIPTED_MODEL_API_KEY"
+
+@pytest.fixture(scope="module")
+def codex_binary(cli_bin: Path) -> Path:
+    return cli_bin / "codex"
 
 
 @pytest.fixture(scope="module")
-def codex_binary() -> Path:
-    ensure_npm_packages(CLI_DIR)  # fails, naming what to install, without Node.js and npm
-    return CLI_DIR / "node_modules" / ".bin" / "codex"
-
-
-@pytest.fixture(scope="module")
-def model_url() -> Iterator[str]:
-    argv = [sys.executable, "-m", "tools.peers.scripted_model", "--port", "0", "--watch-stdin"]
-    with ready_server(argv, cwd=REPO, name="scripted_model") as (port, _, _):
-        yield f"http://127.0.0.1:{port}"
+def model_url(scripted_model: ScriptedModel) -> str:
+    return scripted_model.base_url
 
 
 @contextmanager
@@ -697,7 +642,7 @@ def served_codex(
         "[parent]\n"
         'kind = "codex"\n'
         f'model_endpoint = "{model_url}/v1"\n'
-        'model = "scripted-model"\n'  # not a known model: Codex would hide MCP tools otherwise
+        f'model = "{CODEX_MODEL}"\n'
         f'api_key_env = "{MODEL_KEY_ENV}"\n'
         "[[agents]]\n"
         'key = "research"\n'

@@ -37,7 +37,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError
 
-from tests.conftest import A2AFaultyServer
+from tests.helpers.peers import A2AFaultyServer
 
 JSONRPC, REST = "JSONRPC", "HTTP+JSON"
 TERMINAL = {

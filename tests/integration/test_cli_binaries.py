@@ -32,7 +32,8 @@ import trio
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.mcp import DelegationEndpoint
 from engine import AgentSpec, Engine, Kind, Run, RunEndpoint, Status
-from tests.integration.conftest import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
+from tests.helpers import REPO_ROOT
+from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
@@ -40,7 +41,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
 )
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "cli"
 UPDATE_FIXTURES = os.environ.get("SUBAGENT_ENGINE_UPDATE_CLI_FIXTURES") == "1"
 CLI_TIMEOUT = 60.0

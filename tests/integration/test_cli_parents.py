@@ -25,7 +25,7 @@ from adapters.agui import check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from demo import demo_agents
 from engine import AgentSpec
-from tests.integration.conftest import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
+from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 from web.config import ConfigError, parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 

@@ -31,9 +31,9 @@ import pytest
 
 from adapters.agui import check_frames, parse_sse
 from demo import REMOTE_TOKEN_ENV
-from tests.integration.conftest import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
+from tests.helpers import REPO_ROOT
+from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 
-REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT = 90.0  # two a2a-serve processes and the server import on a busy 2-core machine
 
 
@@ -82,7 +82,7 @@ def running_demo(*args: str, env: Mapping[str, str] | None = None) -> Iterator[R
     with tempfile.NamedTemporaryFile(prefix="demo-", suffix=".stderr") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli", "demo", "--port", "0", *args],
-            cwd=REPO,
+            cwd=REPO_ROOT,
             stdout=subprocess.PIPE,
             stderr=stderr,
             start_new_session=True,
@@ -236,7 +236,7 @@ def test_the_default_demo_delegates_to_two_a2a_remotes_and_stops_on_sigint() -> 
 def test_parent_claude_without_the_cli_on_path_exits_2(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "cli", "demo", "--parent", "claude"],
-        cwd=REPO,
+        cwd=REPO_ROOT,
         capture_output=True,
         text=True,
         timeout=60,

@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +44,7 @@ from a2a.types import GetTaskRequest, TaskState
 from adapters.agui import check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from engine import AgentSpec
-from tests.helpers.processes import ready_server
-from tests.integration.conftest import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
+from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel, ServedAgent, served_agent
 from web.config import HostConfig, parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
@@ -55,7 +53,6 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
 )
 
-REPO = Path(__file__).resolve().parents[2]
 KINDS = {"claude": "claude-code", "codex": "codex"}
 OTHER = {"claude": "codex", "codex": "claude"}
 #: What the served CLI streams before its own tool call (the scripted model's default SAY for
@@ -138,57 +135,6 @@ def cli_pids(pids: list[int], cli: str) -> list[int]:
 # --- the served CLI: `subagent-engine a2a-serve` -------------------------------------------------
 
 
-@dataclass
-class Served:
-    """A running `a2a-serve` child process."""
-
-    port: int
-    pid: int
-    stderr_path: str
-    _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def card_url(self) -> str:
-        return f"{self.base_url}/.well-known/agent-card.json"
-
-    def health(self) -> dict[str, Any]:
-        response = self._http.get(f"{self.base_url}/healthz")
-        response.raise_for_status()
-        found: dict[str, Any] = response.json()
-        return found
-
-    async def idle(self, within: float = 15.0) -> dict[str, Any]:
-        """The health reading once no task runs and no parent thread is alive (or the last one
-        after `within` s). Another process's counters: polled, there is no event to wait on."""
-        with trio.move_on_after(within):
-            while True:
-                health = self.health()
-                if health["tasks_running"] == 0 and health["parent_threads"] == 0:
-                    return health
-                await trio.sleep(0.05)
-        return self.health()
-
-    async def get_task_state(self, task_id: str) -> tuple[str, str]:
-        """(state name, status message text) of a task, by GetTask with the a2a-sdk client."""
-        async with httpx.AsyncClient(timeout=10.0) as http:
-            card = await A2ACardResolver(http, self.base_url).get_agent_card()
-            config = ClientConfig(httpx_client=http, supported_protocol_bindings=["JSONRPC"])
-            client = ClientFactory(config).create(card)
-            try:
-                task = await client.get_task(GetTaskRequest(id=task_id))
-            finally:
-                await client.close()
-        message = "".join(part.text for part in task.status.message.parts)
-        return TaskState.Name(task.status.state), message
-
-    def stderr(self) -> str:
-        return Path(self.stderr_path).read_text(errors="replace")
-
-
 def remote_toml(cli: str, bin_dir: Path, model_url: str, research_card_url: str) -> str:
     """The served CLI's config: its model and the `research` agent it delegates to."""
     return (
@@ -210,30 +156,31 @@ def model_settings(cli: str, bin_dir: Path, model_url: str) -> str:
     )
 
 
-@contextmanager
-def served_agent(name: str, *args: str) -> Iterator[Served]:
-    """`a2a-serve ...` in its own process group (it inherits this process's environment:
-    HOME, the model key)."""
-    argv = [sys.executable, "-m", "cli", "a2a-serve", "--port", "0", "--watch-stdin", *args]
-    with ready_server(argv, cwd=REPO, name=name) as (port, pid, stderr_path):
-        served = Served(port=port, pid=pid, stderr_path=stderr_path)
+async def remote_task_state(served: ServedAgent, task_id: str) -> tuple[str, str]:
+    """(state name, status message text) of a task, by GetTask with the a2a-sdk client."""
+    async with httpx.AsyncClient(timeout=10.0) as http:
+        card = await A2ACardResolver(http, served.base_url).get_agent_card()
+        config = ClientConfig(httpx_client=http, supported_protocol_bindings=["JSONRPC"])
+        client = ClientFactory(config).create(card)
         try:
-            yield served
+            task = await client.get_task(GetTaskRequest(id=task_id))
         finally:
-            served._http.close()
+            await client.close()
+    message = "".join(part.text for part in task.status.message.parts)
+    return TaskState.Name(task.status.state), message
 
 
 @contextmanager
 def served_cli(
     cli: str, tmp_path: Path, bin_dir: Path, model_url: str, research_card_url: str
-) -> Iterator[Served]:
+) -> Iterator[ServedAgent]:
     """`a2a-serve --parent <cli>` whose CLI may delegate to `research`."""
     config = tmp_path / f"remote-{cli}.toml"
     config.write_text(remote_toml(cli, bin_dir, model_url, research_card_url))
     with served_agent(
-        f"a2a_serve_{cli}",
         *("--parent", KINDS[cli], "--config", str(config), "--binary", str(bin_dir / cli)),
         *("--name", f"{cli} over A2A", "--cancel-grace", "8"),
+        name=f"a2a_serve_{cli}",
     ) as served:
         yield served
 
@@ -569,7 +516,7 @@ async def test_stopping_a_claude_run_mid_delegation_cancels_the_served_codex_tas
             events, violations = events_of(bytes(body))
             [announced] = [e for e in events if e["type"] == "SUBAGENT_STARTED"]
             remote_task = announced.get("metadata", {}).get("remoteTaskId")
-            task_state = await served.get_task_state(remote_task) if remote_task else None
+            task_state = await remote_task_state(served, remote_task) if remote_task else None
         served_log = served.stderr()
     assert stopped.get("stopped") is True
     assert violations == []
@@ -651,7 +598,7 @@ async def test_claude_tool_timeout_cancels_the_task_of_an_a2a_remote_at_the_remo
     cli_bin: Path, model: ScriptedModel, cli_env: Path
 ) -> None:
     """The same over A2A: the remote is `a2a-serve --script slow` (streams for about 15 s)."""
-    with served_agent("a2a_serve_slow", "--parent", "scripted", "--script", "slow") as served:
+    with served_agent("--parent", "scripted", "--script", "slow", name="a2a_serve_slow") as served:
         async with (
             parent_server(
                 "claude",
@@ -670,7 +617,7 @@ async def test_claude_tool_timeout_cancels_the_task_of_an_a2a_remote_at_the_remo
             [announced] = [e for e in events if e["type"] == "SUBAGENT_STARTED"]
             remote_task = announced.get("metadata", {}).get("remoteTaskId")
             health = await served.idle()
-            task_state = await served.get_task_state(remote_task) if remote_task else None
+            task_state = await remote_task_state(served, remote_task) if remote_task else None
     assert violations == []
     [error] = [e for e in events if e["type"] == "SUBAGENT_ERROR"]
     assert error["code"] in ("cancelled", "remote_timeout"), error
