@@ -54,8 +54,8 @@ from playwright.sync_api import (
 
 from adapters.parents import Say
 from demo import BUILTIN_REMOTES
-from tests.browser.cutting_proxy import CuttingProxy
 from tests.browser.serve_demo import BEFORE_ASKING, QUESTION, SOLO_NAME, TEAM_NAME
+from tests.helpers.cutting_proxy import CuttingProxy
 from tests.helpers.processes import ready_server
 from web.page import bundled_page
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import REPO_ROOT
+from tests.helpers.node_packages import ensure_npm_packages
 from tests.helpers.peers import A2A_JS_DIR, CLI_DIR, A2AJsServer, ScriptedModel
 from tests.helpers.processes import ready_server
-from tests.node_packages import ensure_npm_packages
 
 # --- @a2a-js/sdk server (tools/peers/a2a_js) -------------------------------------------------
 

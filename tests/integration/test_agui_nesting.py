@@ -43,9 +43,9 @@ from engine import (
     Status,
 )
 from tests.helpers import REPO_ROOT
+from tests.helpers.node_packages import ensure_npm_packages, run_node_json_lines
 from tests.helpers.processes import ready_server
 from tests.helpers.runs import journal_so_far
-from tests.node_packages import ensure_npm_packages, run_node_json_lines
 from web.config import parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 

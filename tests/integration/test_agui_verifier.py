@@ -28,7 +28,7 @@ import trio
 
 from adapters.parents import ScriptedParent
 from demo import demo_agents
-from tests.node_packages import ensure_npm_packages, run_node_json_lines
+from tests.helpers.node_packages import ensure_npm_packages, run_node_json_lines
 from web.config import parse_config
 from web.server import VISIBILITY_MODES, create_app, default_encoder_factory, open_host, serve_app
 

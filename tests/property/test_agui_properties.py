@@ -41,7 +41,7 @@ from engine import (
     MemoryJournalStore,
     RunJournal,
 )
-from tests.agui_scenarios import SCENARIOS
+from tests.helpers.agui_scenarios import SCENARIOS
 
 RUN = "run-p"
 DELEGATIONS = ("del-a", "del-b", "del-c")

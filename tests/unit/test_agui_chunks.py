@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from adapters.agui import ChunkError, ChunkExpander, Rule, StreamChecker, check_events
-from tests.node_packages import ensure_npm_packages, run_node_json_lines
+from tests.helpers.node_packages import ensure_npm_packages, run_node_json_lines
 
 VERIFY_DIR = Path(__file__).resolve().parents[1] / "agui_verify"
 NODE_TIMEOUT = 120.0

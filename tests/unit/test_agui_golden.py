@@ -1,8 +1,8 @@
 """Golden AG-UI streams: 000 §20.5's happy path and its variants, in every visibility mode.
 
-Each scenario (tests/agui_scenarios.py) is fed to `AguiStreamEncoder` in each mode; the events
-must equal the golden file `tests/golden/agui/<scenario>.json` exactly (every field), pass the
-AG-UI checker, and be what `ag-ui-protocol`'s own models and `EventEncoder` write for the same
+Each scenario (tests/helpers/agui_scenarios.py) is fed to `AguiStreamEncoder` in each mode; the
+events must equal the golden file `tests/golden/agui/<scenario>.json` exactly (every field), pass
+the AG-UI checker, and be what `ag-ui-protocol`'s own models and `EventEncoder` write for the same
 event. `UPDATE_GOLDEN=1 pytest tests/unit/test_agui_golden.py` rewrites the files; review the diff.
 The happy path's shape is also spelled out here, so the files cannot drift from 000 §20.5 unseen.
 """
@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 
 from adapters.agui import MODES, AguiStreamEncoder, check_events, check_frames, parse_sse
 from engine import JournalEntry
-from tests.agui_scenarios import RUN, SCENARIOS, THREAD, happy_path
+from tests.helpers.agui_scenarios import RUN, SCENARIOS, THREAD, happy_path
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "agui"
 

@@ -12,7 +12,7 @@ import pytest
 from adapters.agui import AguiStreamEncoder
 from cli import main
 from cli.check_stream import check_stream_main
-from tests.agui_scenarios import RUN, THREAD, happy_path
+from tests.helpers.agui_scenarios import RUN, THREAD, happy_path
 
 REPO = Path(__file__).resolve().parents[2]
 
