@@ -111,18 +111,16 @@ class RetentionPolicy:
         `oldest_weights` yields its entries' weights oldest first (only as many as leave are
         taken, so it may be lazy). The newest entry never leaves.
         """
-        evicted = 0
-        evicted_bytes = 0
-        remaining = events
-        if remaining <= 1 or not self.exceeded(remaining, size_bytes):
+        max_events, max_bytes = self.max_events, self.max_bytes
+        remaining, size = events, size_bytes
+        if remaining <= 1 or (remaining <= max_events and size <= max_bytes):
             return 0, 0
         for weight in oldest_weights:
-            evicted += 1
-            evicted_bytes += weight
             remaining -= 1
-            if remaining <= 1 or not self.exceeded(remaining, size_bytes - evicted_bytes):
+            size -= weight
+            if remaining <= 1 or (remaining <= max_events and size <= max_bytes):
                 break
-        return evicted, evicted_bytes
+        return events - remaining, size_bytes - size
 
     def retained_overflow(self, retained: int) -> int:
         """How many of the oldest retained entries to drop when a store retains `retained`."""
@@ -224,13 +222,10 @@ class LifecycleRetention:
 
     def retains(self, event: DelegationEvent) -> bool:
         """Whether the entry of `event`, leaving the window now, is kept beyond it."""
-        # Both checks for every entry: `_follow` also tracks what the window's start has open.
-        return self._follow(event) or event.kind in _RETAINED_KINDS
-
-    def _follow(self, event: DelegationEvent) -> bool:
         kind = event.kind
         did = event.delegation_id or None
         nested = event.nested_id
+        # Every entry is followed, kept kinds too: what the window's start has open changes.
         try:
             keep = False
             if nested is not None and kind not in _NOT_OPENING_NESTED:
@@ -267,9 +262,9 @@ class LifecycleRetention:
                 keep = True
             elif kind in Kind.RUN_TERMINALS and did is None:
                 self._open.clear()
-            return keep
         except TypeError:  # an unhashable id: keep the entry rather than guess
             return True
+        return keep or kind in _RETAINED_KINDS
 
 
 def gap_entry(run_id: str, first_cursor: int, last_cursor: int) -> JournalEntry:
