@@ -7,7 +7,9 @@ with an answer after an input request, and cancel it. Remote protocols (A2A, AG-
 agents implement this seam in `adapters/`; the delegation actor drives every target the same way
 and never asks which one it has (like httpx's transports). The two protocols below declare every
 member the engine and its adapters use; nothing is probed with `getattr`. `BaseTarget` and
-`BaseTargetSession` give the optional members explicit no-op defaults.
+`BaseTargetSession` give the optional members explicit no-op defaults. `engine.testing`
+holds any implementation to this contract (`check_target`, given a harness that makes its remote
+play each scenario).
 
 Lifetimes: the `Engine` a target is registered with owns it. Opening the engine prepares every
 target (`prepare()`: a remote one fetches and validates what it needs, e.g. its agent card); a
@@ -17,7 +19,9 @@ unreachable (a retryable error) is prepared again before each delegation. Closin
 closes every target (`aclose()`), shielded and bounded, whatever ended it.
 
 Sessions report progress as protocol-neutral `TargetUpdate`s through the `emit` callback they
-are given; `emit` may wait (backpressure) and is where cancellation reaches a chatty target.
+are given; `emit` may wait (backpressure), shielded, so a cancelled session normally meets its
+cancellation at its own next await (inside a remote stream's `__anext__`, which unwinds the
+stream's generators from within), not inside `emit`.
 Sessions raise `DelegationError` for typed failures (`agent_unavailable`, `remote_rejected`,
 ...); anything else a session raises is treated as a bug in it and becomes `internal_error`.
 """
