@@ -17,8 +17,9 @@ arguments through. The script is a JSON object:
   structured result is logged and `{"out_result": template}` may follow, printing `template`
   with `"$RESULT"` replaced by the result as a JSON string).
 - `on_sigint` / `on_sigterm`: `"ignore"` (log it, go on) or `{"out": [lines], "exit": code}`
-  (log it, print the lines, exit). FACTS.md: Claude Code prints an `error_during_execution`
-  result line and exits 0 on SIGINT, Codex exits 1; both exit 143 on SIGTERM (the defaults).
+  (log it, print the lines, exit). As the real CLIs do: Claude Code prints an
+  `error_during_execution` result line and exits 0 on SIGINT, Codex exits 1; both exit 143 on
+  SIGTERM (the defaults).
 
 The log (JSON lines) records `start` (argv, the environment), every `signal`, `call` results,
 `sleeper` pids. Only the standard library is imported unless a `call` step runs (then the

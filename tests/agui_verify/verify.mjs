@@ -9,7 +9,7 @@
 // known fields fatal), transformChunks, and verifyEvents (the protocol rules: RUN_STARTED first,
 // open/close discipline per message / tool call / reasoning / step / subagent, owner consistency per
 // subagentRunId, nothing open at RUN_FINISHED, nothing after it). Two rules the official verifier
-// does not check (see FACTS.md) are checked after it, as `extra`: the stream ends with RUN_FINISHED
+// does not check are checked after it, as `extra`: the stream ends with RUN_FINISHED
 // or RUN_ERROR, and every subagentRunId tag names a subagent that is started and not yet closed.
 //
 // Output: one JSON line per stream,
@@ -74,7 +74,7 @@ function liveHttpEvents(url, body) {
 
 const ATTRIBUTION_IS_IDENTITY = new Set(["SUBAGENT_STARTED", "SUBAGENT_FINISHED", "SUBAGENT_ERROR"]);
 
-/** The rules FACTS.md says @ag-ui/client 1.0.0 leaves to the producer's own tests. */
+/** The rules @ag-ui/client 1.0.0's verifier leaves to the producer's own tests. */
 function extraChecks(events) {
   const live = new Set();
   for (const [index, event] of events.entries()) {

@@ -10,13 +10,13 @@ enough to click Stop or force a reconnect in the middle of it, and `--replay-win
 the journal's replay window so that a late viewer gets a gap marker, and `--asking` swaps the
 research agent for one that asks the viewer a question (`asking_agents`).
 
-`--side-by-side CARD_URL` serves issue 7's composition instead: the parent's one `Delegate` step
-calls two remote agents at once, `team`, a remote AG-UI agent, and `solo`, the remote A2A agent
+`--side-by-side CARD_URL` serves both protocols side by side instead: the parent's one `Delegate`
+step calls two remote agents at once, `team`, a remote AG-UI agent, and `solo`, the remote A2A agent
 whose card is at CARD_URL (the tests start `a2a-serve --parent scripted --script research`). The
-AG-UI agent is this project's own bundled server (an engine as the remote of another engine),
-served in this process on another ephemeral port with the scripted parent and the demo agents
-(paced by `--pause`): its run's own delegations, research and review, are subagents of `team`,
-two levels below the page's parent.
+AG-UI agent is this project's own bundled server (an engine as the remote of another engine), served
+in this process on another ephemeral port with the scripted parent and the demo agents (paced by
+`--pause`): its run's own delegations, research and review, are subagents of `team`, two levels
+below the page's parent.
 
 `--host-token-env NAME` makes starting a run need the host token held in NAME, as `serve` does with
 `[server] token_env`.

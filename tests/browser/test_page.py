@@ -1,23 +1,22 @@
 """The bundled page (web/static/index.html) in headless Chromium against a real server.
 
-The server is `tests.browser.serve_demo`: `subagent-engine serve`'s composition on embedded
-defaults (the scripted parent delegating over the real MCP endpoint to the two in-process demo
-agents, the default wire encoder, the packaged page), with the demo agents paced so that a run
-lasts about two seconds; a second one, with a replay window smaller than a run, serves the gap
-scenario; a third (`--asking`) has a research agent that asks the viewer a question and waits for
-the answer, given through the card's form. The browser is Debian's /usr/bin/chromium, headless,
-driven by Playwright's Python package (the `dev` extra; its sync API, outside any event loop) with
-that executable: nothing downloads a browser. A fourth page server (`--side-by-side`) is issue 7's
-composition: its parent delegates at once to a remote AG-UI agent (this project's own server, with
-subagents of its own: two levels below the parent) and to a remote A2A agent (an `a2a-serve`
-process with the scripted research script). One browser and one context serve the module; each
-scenario below is a module-scoped fixture that plays once, in tabs of its own (a fresh tab: fresh
-sessionStorage; the three visibility-mode runs play side by side), and returns what the page
-showed, read through the DOM by `page_probe.js`; the tests assert on that. Every wait is
-Playwright's, with a timeout: a page that never gets there fails the test. Canned streams
-(`synthetic.sse`) are served by the browser's router. Chromium is installed with apt-get when
-missing (as `./dev test` does); the tests skip only where it is missing and cannot be installed
-(not root, or no apt-get).
+The server is `tests.browser.serve_demo`: `subagent-engine serve`'s composition on embedded defaults
+(the scripted parent delegating over the real MCP endpoint to the two in-process demo agents, the
+default wire encoder, the packaged page), with the demo agents paced so that a run lasts about two
+seconds; a second one, with a replay window smaller than a run, serves the gap scenario; a third
+(`--asking`) has a research agent that asks the viewer a question and waits for the answer, given
+through the card's form. The browser is Debian's /usr/bin/chromium, headless, driven by Playwright's
+Python package (the `dev` extra; its sync API, outside any event loop) with that executable: nothing
+downloads a browser. A fourth page server (`--side-by-side`) shows both protocols side by side: its
+parent delegates at once to a remote AG-UI agent (this project's own server, with subagents of its
+own: two levels below the parent) and to a remote A2A agent (an `a2a-serve` process with the
+scripted research script). One browser and one context serve the module; each scenario below is a
+module-scoped fixture that plays once, in tabs of its own (a fresh tab: fresh sessionStorage; the
+three visibility-mode runs play side by side), and returns what the page showed, read through the
+DOM by `page_probe.js`; the tests assert on that. Every wait is Playwright's, with a timeout: a page
+that never gets there fails the test. Canned streams (`synthetic.sse`) are served by the browser's
+router. Chromium is installed with apt-get when missing (as `./dev test` does); the tests skip only
+where it is missing and cannot be installed (not root, or no apt-get).
 """
 
 from __future__ import annotations
@@ -1251,7 +1250,7 @@ def test_the_form_goes_when_the_run_ends_unanswered(ask_stop: dict[str, Any]) ->
     ]
 
 
-# --- a remote AG-UI delegation beside a remote A2A one, with nested subagents (issue 7) ---------
+# --- a remote AG-UI delegation beside a remote A2A one, with nested subagents --------------------
 
 
 def a2a_says() -> str:

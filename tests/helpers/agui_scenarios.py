@@ -1,4 +1,4 @@
-"""Engine journals for the AG-UI encoder tests: 000 §20.5's happy path and its variants.
+"""Engine journals for the AG-UI encoder tests: the happy path and its variants.
 
 Each scenario is the list of journal entries a viewer would read, built from engine events
 directly (cursors 1..n), so the golden tests pin the encoder and nothing else.
@@ -63,7 +63,7 @@ def result(call: str = "call-1", status: str = "completed") -> DelegationEvent:
 
 
 def happy_path() -> list[JournalEntry]:
-    """000 §20.5: a delegation that streams text and an artifact, then the parent answers."""
+    """A delegation that streams text and an artifact, then the parent answers."""
     return journal(
         parent(Kind.RUN_STARTED),
         *delegate_call(),

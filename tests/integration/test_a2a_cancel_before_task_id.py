@@ -1,7 +1,7 @@
-"""A delegation cancelled after its SendStreamingMessage reached the remote but before the
-remote's first event named the task (issue 8, the soak's finding 1 left such tasks
-`cancel_pending`): the engine finds the task with ListTasks, by the message id it chose, and
-cancels it. Against the real a2a-sdk server (`hang`), and a raw server without ListTasks.
+"""A delegation cancelled after its SendStreamingMessage reached the remote but before the remote's
+first event named the task (the soak found such tasks left `cancel_pending`:
+tests/soak/test_soak_findings.py): the engine finds the task with ListTasks, by the message id it
+chose, and cancels it. Against the real a2a-sdk server (`hang`), and a raw server without ListTasks.
 
 The window is made deterministic by a network backend whose connections never hand over the
 bytes of an SSE event: the remote has created the task and sent its first event, and the client

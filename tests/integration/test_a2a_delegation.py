@@ -1,4 +1,4 @@
-"""Delegations to real A2A servers through the whole engine (000 §19 scenarios 1-4, 6, 8; §21).
+"""Delegations to real A2A servers through the whole engine.
 
 Remote side: `tools/peers/a2a_faulty.py` (the official a2a-sdk server in its own asyncio
 process; each scenario an agent) and, for wire cases that server cannot produce, the raw server

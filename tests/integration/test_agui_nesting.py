@@ -1,4 +1,4 @@
-"""Nested subagents of a remote AG-UI agent, against real servers on 127.0.0.1 (issue 7).
+"""Nested subagents of a remote AG-UI agent, against real servers on 127.0.0.1.
 
 Two remotes: `tools/peers/agui_app.py` (the official `ag-ui-protocol` encoder, its own process)
 streaming subagents two levels deep and a subagent that pauses on an interrupt and is continued;

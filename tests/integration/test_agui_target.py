@@ -1,4 +1,4 @@
-"""Delegations to a real remote AG-UI agent through the whole engine (issue 7; nesting in depth:
+"""Delegations to a real remote AG-UI agent through the whole engine (nesting in depth:
 test_agui_nesting.py).
 
 Remote side: `tools/peers/agui_app.py`, an AG-UI agent written with the official

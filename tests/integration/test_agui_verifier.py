@@ -3,16 +3,17 @@
 One real server (the scripted parent delegating over the real MCP endpoint to the in-process demo
 agents, the default encoder) runs a run per visibility mode through both routes a client uses:
 `POST /agui` (a RunAgentInput, the stream in the answer) and `POST /runs` then
-`GET /runs/<id>/events`. Two more streams: a viewer that reconnects mid-run with Last-Event-ID
-(what it saw before the cut plus what it got after must be one valid run), and a run stopped while
-its subagents work. The encoder's golden streams (tests/golden/agui: cancellation, failure, input
-requests, concurrent delegations, each in every mode) are verified too. Every captured stream
-goes through tests/agui_verify/verify.mjs: the client's own transport parsing, schema
-enforcement, chunk expansion and `verifyEvents`, plus the two rules FACTS.md says that verifier
-leaves out (a stream ends with RUN_FINISHED or RUN_ERROR; a subagentRunId tag names a live
-subagent). One live `POST /agui` is also read by Node's own fetch. On top of the verifier, each
-mode's shape is checked against 002: lifecycle events and tags only when attributed,
-`subagent.*` CUSTOM events in custom mode, nothing of a subagent when hidden.
+`GET /runs/<id>/events`.
+Two more streams: a viewer that reconnects mid-run with Last-Event-ID (what it saw before the cut
+plus what it got after must be one valid run), and a run stopped while its subagents work. The
+encoder's golden streams (tests/golden/agui: cancellation, failure, input requests, concurrent
+delegations, each in every mode) are verified too. Every captured stream goes through
+tests/agui_verify/verify.mjs: the client's own transport parsing, schema enforcement, chunk
+expansion and `verifyEvents`, plus two rules that verifier leaves out (a stream ends with
+RUN_FINISHED or RUN_ERROR; a subagentRunId tag names a live subagent). One live `POST /agui` is also
+read by Node's own fetch. On top of the verifier, each mode's shape is checked against its rules:
+lifecycle events and tags only when attributed, `subagent.*` CUSTOM events in custom mode, nothing
+of a subagent when hidden.
 """
 
 from __future__ import annotations
@@ -204,7 +205,7 @@ def test_the_official_verifier_accepts_every_mode_on_every_route(
 
 
 def check_mode_shape(mode: str, events: list[dict[str, Any]]) -> None:
-    """002's visibility modes, on the demo run (two delegations, each under a delegate call)."""
+    """The visibility modes, on the demo run (two delegations, each under a delegate call)."""
     kinds = [event["type"] for event in events]
     tagged = [event for event in events if "subagentRunId" in event]
     delegate_calls = [

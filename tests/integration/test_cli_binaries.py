@@ -1,8 +1,8 @@
 """The real Claude Code and Codex CLIs as parent agents, offline, against a scripted model.
 
 Each test opens a run on an Engine with the MCP endpoint provider and an in-process `research`
-agent, starts the pinned CLI binary (tests/cli_agents, `npm ci`) the way FACTS.md "Local agent
-CLIs" describes (stdin from /dev/null, a throwaway HOME / CODEX_HOME, the model base URL pointed
+agent, starts the pinned CLI binary (tests/cli_agents, `npm ci`) the way a host runs it (stdin
+from /dev/null, a throwaway HOME / CODEX_HOME, the model base URL pointed
 at `tools.peers.scripted_model`, the run's MCP endpoint and token in the CLI's MCP config)
 and checks what the CLI and the engine saw: the CLI called `delegate_to_agent`, the delegation's
 journal events carry the CLI's own tool-call id, the CLI exits 0 and its final text quotes the

@@ -258,8 +258,8 @@ def test_parent_claude_without_the_cli_on_path_exits_2(tmp_path: Path) -> None:
 def test_claude_parent_with_a_codex_remote_over_a2a(
     tmp_path: Path, cli_bin: Path, model: ScriptedModel
 ) -> None:
-    """The 000 §27 example: Claude Code calls delegate_to_agent, the remote is Codex served by
-    a2a-serve; both CLIs run against the scripted model endpoint."""
+    """One CLI delegating to another: Claude Code calls delegate_to_agent, the remote is Codex
+    served by a2a-serve; both CLIs run against the scripted model endpoint."""
     env = {**os.environ, "HOME": str(tmp_path), MODEL_KEY_ENV: "sk-scripted-not-a-key"}
     args = (
         "--parent", "claude",

@@ -1,4 +1,4 @@
-"""`delegate_to_agent` over MCP: the official mcp client against a run's endpoint (000 §20.4).
+"""`delegate_to_agent` over MCP: the official mcp client against a run's endpoint.
 
 The endpoint is `adapters.mcp.DelegationEndpoint` on a real Hypercorn listener on 127.0.0.1; the
 parent side is the official `mcp` client (or raw HTTP where a test needs a precise wire event,
@@ -701,10 +701,10 @@ async def test_ending_the_run_ends_a_blocked_call_with_a_cancelled_result() -> N
     assert results[0].structured_content["status"] == Status.CANCELLED
 
 
-# -- 000 §19 scenarios through the MCP tool ----------------------------------------------------
+# -- whole delegations through the MCP tool ----------------------------------------------------
 
 
-async def test_scenario_1_remote_stream_appears_under_the_parents_tool_call(
+async def test_a_remote_stream_appears_under_the_parents_tool_call(
     a2a_server: Any,
 ) -> None:
     async with open_endpoint_run([a2a_agent(a2a_server.card_url("stream"), "research")]) as (
@@ -748,7 +748,7 @@ async def test_scenario_1_remote_stream_appears_under_the_parents_tool_call(
     assert "chunk" not in json.dumps(result.structured_content["artifacts"])
 
 
-async def test_scenario_5_the_tool_blocks_until_the_input_request_is_answered(
+async def test_the_tool_blocks_until_the_input_request_is_answered(
     a2a_server: Any,
 ) -> None:
     agent = a2a_agent(a2a_server.card_url("input"), input_required=InputRequiredMode.SURFACE)

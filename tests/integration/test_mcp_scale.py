@@ -1,4 +1,4 @@
-"""One MCP endpoint holds hundreds of runs at once (000 §7 option A: one listener, many runs).
+"""One MCP endpoint holds hundreds of runs at once: one listener, many runs.
 
 One `DelegationEndpoint`, one `Engine`, `RUNS` runs open together, each with its own official
 mcp client session (as each run's parent CLI would have), each with one `delegate_to_agent`

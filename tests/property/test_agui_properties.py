@@ -292,8 +292,8 @@ def test_a_viewer_resuming_after_the_window_moved_on_gets_a_valid_stream(
     """A viewer read the run live up to a cursor, then resumed there (Last-Event-ID) after the
     window moved on: the server rebuilds its encoder from what the store still holds up to that
     cursor and streams the rest, gap markers included. Spliced at the cut, the viewer's stream
-    passes the checker: nothing it had open is opened again, nothing is left open (soak
-    finding 2: the store kept too little to rebuild what the viewer had open)."""
+    passes the checker: nothing it had open is opened again, nothing is left open (the soak once
+    found the store keeping too little to rebuild what the viewer had open)."""
     live, store = journaled_live(events, window)
     cut = data.draw(st.sampled_from([entry.cursor for entry in live]))
     for mode in MODES:

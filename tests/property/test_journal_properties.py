@@ -1,4 +1,4 @@
-"""Properties of the run journal (000 §22) over random scripts, windows, buffers and readers.
+"""Properties of the run journal over random scripts, windows, buffers and readers.
 
 Each example builds a script of events (several delegations, text deltas in a couple of messages,
 statuses with repeats, artifacts, early, late and duplicate terminals, parent deltas, maybe a run

@@ -4,8 +4,8 @@ Finding 1 (seed 7, `subagent-engine soak --minutes 2 --seed 7`, run soak-7-65): 
 an A2A agent that is cancelled a few milliseconds after it started, while its
 SendStreamingMessage is in flight, ends `cancelled` with `remote_cancel="confirmed"` and no
 `remote_task_id`, but the remote had accepted the message and created the task: no CancelTask
-is ever sent and the remote task keeps WORKING forever (000 §15: cancellation must reach the
-remote task, or the result must say `cancel_pending`). Cause:
+is ever sent and the remote task keeps WORKING forever (cancellation must reach the remote
+task, or the result must say `cancel_pending`). Cause:
 `adapters/a2a/_target.py`, `_A2ASession.cancel()`: `if self.task_id is None: return True
 # nothing was accepted remotely`, although the engine had already sent the task
 (`engine/_actors.py` `_cancel_remote` only asks because `_sent_task` is true).

@@ -1,4 +1,4 @@
-"""Unit tests of `A2AEventMapper`, the sans-IO A2A -> `TargetUpdate` translation (000 §9, §21).
+"""Unit tests of `A2AEventMapper`, the sans-IO A2A -> `TargetUpdate` translation.
 
 Every test builds real `a2a.types` protobuf objects, feeds them and asserts on the exact updates.
 The last tests run the mapper's output through the engine's own `DelegationState`, so the rules

@@ -132,7 +132,7 @@ CASES: list[tuple[str, list[Any], str, int]] = [
     ("result before custom group end",
      [RS, call_start(), call_end(), custom("subagent.started", parentToolCallId="c"), result(),
       custom("subagent.finished"), RF], Rule.RESULT_BEFORE_SUBAGENT_END, 4),
-    # CUSTOM subagent.* groups (000 §10).
+    # CUSTOM subagent.* groups.
     ("custom event outside a group", [RS, custom("subagent.text.delta"), RF], Rule.NOT_STARTED, 1),
     ("custom second terminal", [RS, custom("subagent.started"), custom("subagent.finished"),
                                 custom("subagent.failed"), RF], Rule.NOT_STARTED, 3),
@@ -154,7 +154,7 @@ VALID: list[tuple[str, list[Any]]] = [
     ("error first", [RE]),
     ("agents as tools", [RS, call_start(), call_end(), sub_start(parentToolCallId="c"), ts(**S),
                          tc(**S), te(**S), sub_end(), result(), RF]),
-    # 002's interleaving: both subagents stream at once, each tags its own.
+    # Interleaved: both subagents stream at once, each tags its own.
     ("interleaved", [RS, sub_start("a"), sub_start("b"), ts("m1", subagentRunId="a"),
                      ts("m2", subagentRunId="b"), tc("m1", subagentRunId="a"),
                      tc("m2", subagentRunId="b"), te("m1", subagentRunId="a"), sub_end("a"),

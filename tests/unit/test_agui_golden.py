@@ -1,10 +1,10 @@
-"""Golden AG-UI streams: 000 §20.5's happy path and its variants, in every visibility mode.
+"""Golden AG-UI streams: the happy path and its variants, in every visibility mode.
 
 Each scenario (tests/helpers/agui_scenarios.py) is fed to `AguiStreamEncoder` in each mode; the
 events must equal the golden file `tests/golden/agui/<scenario>.json` exactly (every field), pass
 the AG-UI checker, and be what `ag-ui-protocol`'s own models and `EventEncoder` write for the same
 event. `UPDATE_GOLDEN=1 pytest tests/unit/test_agui_golden.py` rewrites the files; review the diff.
-The happy path's shape is also spelled out here, so the files cannot drift from 000 §20.5 unseen.
+The happy path's shape is also spelled out here, so the files cannot drift from it unseen.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def encode(entries: list[JournalEntry], mode: str) -> list[dict[str, Any]]:
 
 
 def shape(events: list[dict[str, Any]]) -> list[str]:
-    """Type, plus the CUSTOM name: the sequence 000 §20.5 writes down."""
+    """Type, plus the CUSTOM name: the sequence a viewer reads."""
     return [f"CUSTOM({e['name']})" if e["type"] == "CUSTOM" else e["type"] for e in events]
 
 
@@ -103,7 +103,7 @@ def test_happy_path_attributed_is_agents_as_tools() -> None:
     assert all("subagentRunId" not in e for e in events[10:])
 
 
-def test_happy_path_custom_is_000_section_20_5() -> None:
+def test_in_custom_mode_the_subagent_group_sits_between_the_call_and_its_result() -> None:
     events = encode(happy_path(), "custom")
     assert shape(events) == [
         "RUN_STARTED",
@@ -122,7 +122,7 @@ def test_happy_path_custom_is_000_section_20_5() -> None:
         "TEXT_MESSAGE_END",
         "RUN_FINISHED",
     ]
-    # 000 §10's value fields, exactly.
+    # subagent.started's value fields, exactly.
     assert events[6]["value"] == {
         "runId": RUN,
         "parentToolCallId": "call-1",

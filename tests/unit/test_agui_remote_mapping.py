@@ -270,7 +270,7 @@ def test_remote_subagents_become_the_nested_lifecycle_with_their_attribution() -
             "parentMessageId": "pm",
         },
         {"type": "TEXT_MESSAGE_START", "messageId": "x", "subagentRunId": "s1"},
-        # A bare continuation: the first writer stays the owner (002).
+        # A bare continuation: the first writer stays the owner.
         {"type": "TEXT_MESSAGE_CONTENT", "messageId": "x", "delta": "hi"},
         {"type": "TEXT_MESSAGE_END", "messageId": "x", "subagentRunId": "s1"},
         {"type": "STEP_STARTED", "stepName": "look", "subagentRunId": "s1"},

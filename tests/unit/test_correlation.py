@@ -1,4 +1,4 @@
-"""Which parent tool call a delegation belongs to (000 §13): the run's ledger, sans-IO."""
+"""Which parent tool call a delegation belongs to: the run's ledger, sans-IO."""
 
 from __future__ import annotations
 

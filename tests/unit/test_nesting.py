@@ -1,9 +1,9 @@
-"""Nested subagents (issue 7): a remote's own subagents inside a delegation, from the
+"""Nested subagents: a remote's own subagents inside a delegation, from the
 `DelegationState` rules through the AG-UI encoder in every visibility mode.
 
 The state machine and the encoder are sans-IO, so every rule is checked in memory: one terminal
 per nested id, closes when the delegation ends (deepest first), depth folding with its marker,
-namespaced ids, 002's continuation of a suspended subagent; and per mode, what the wire shows
+namespaced ids, the continuation of a suspended subagent; and per mode, what the wire shows
 (attributed `parentSubagentRunId` chains, inline flattening, hidden dropping). The property test
 runs random nested programs through both and asks the checker about every stream.
 """
@@ -210,7 +210,7 @@ def test_a_suspended_nested_subagent_stays_open_and_continues_under_its_id() -> 
     machine.resume()
     events += feed(
         machine,
-        started("deleter"),  # the resume run announces the same id again (002)
+        started("deleter"),  # the resume run announces the same id again
         *text("deleter", "m", "Deleted."),
         U(Kind.NESTED_FINISHED, "deleter"),
         U(Kind.FINISHED),

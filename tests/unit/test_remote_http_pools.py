@@ -2,7 +2,7 @@
 of 100 left the 101st concurrent delegation to one agent waiting for a connection until it
 failed), and a `ShardedTransport` that keeps each httpcore pool small (httpcore walks every
 connection of a pool on each request start and end: one pool of 1,000 streams made a run's
-cancel cascade ~40% slower, issue 8) and closes the extra pools a burst opened.
+cancel cascade ~40% slower) and closes the extra pools a burst opened.
 
 The server is a raw HTTP/1.1 responder in the test's own Trio loop that sends a response's
 headers at once and holds its body open until the test releases it.

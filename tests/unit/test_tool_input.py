@@ -31,7 +31,7 @@ ENDPOINT_MESSAGE = (
     "endpoints and credentials are configured by the host"
 )
 
-# The example of 000 §11, verbatim.
+# A call that uses every field the tool takes.
 CONTRACT_EXAMPLE = {
     "agent": "research",
     "objective": "Find the current A2A Go SDK streaming API shape.",

@@ -1,4 +1,4 @@
-"""The JSON shape owned by `engine._wire`: 000 §11 snake_case, omissions, strict readers."""
+"""The JSON shape owned by `engine._wire`: snake_case, omissions, strict readers."""
 
 from __future__ import annotations
 

@@ -1,10 +1,12 @@
-"""Audit of issue 3 (remote A2A agents as delegation targets): the gaps left by the other tests.
+"""A remote A2A task's whole life under a delegation, checked where the remote records it.
 
-Each test closes a requirement of issue 3, a remote-side row of 000 §21 or an assertion of a
-000 §19 scenario that `test_a2a_delegation.py` / `test_a2a_js_delegation.py` did not check, or
-checked only partly. Remote side: the fault-injecting a2a-sdk server (`a2a_server`), the raw
-server (`tools/peers/raw_a2a.py`) for wire cases and the @a2a-js/sdk server (`a2a_js_server`).
-Assertions read what the remote recorded, not only what the engine says.
+What `test_a2a_delegation.py` / `test_a2a_js_delegation.py` leave out or check only in part: the
+full event sequence of a streamed delegation, the card's fingerprint on results, polling, stream
+recovery, stale snapshots, every way a cancel reaches the remote, input and auth requests, artifact
+limits, duplicates, credentials, sticky contexts and tasks left running. Remote side: the
+fault-injecting a2a-sdk server (`a2a_server`), the raw server (`tools/peers/raw_a2a.py`) for wire
+cases and the @a2a-js/sdk server (`a2a_js_server`). Assertions read what the remote recorded, not
+only what the engine says.
 """
 
 from __future__ import annotations
@@ -81,10 +83,10 @@ def timed_task(task_id: str, state: str, timestamp: str) -> dict[str, Any]:
     }
 
 
-# -- 000 §19 scenario 1, every assertion at the engine level ------------------------------
+# -- a streamed delegation, every assertion at the engine level -------------------------
 
 
-async def test_scenario_1_started_text_artifact_and_finished_with_the_task_id(
+async def test_a_streamed_delegation_journals_text_an_artifact_and_its_end_with_the_task_id(
     a2a_server: Any,
 ) -> None:
     result, entries = await delegate(a2a_agent(a2a_server.card_url("stream")))
@@ -514,7 +516,7 @@ async def test_a_wrong_token_is_remote_rejected_and_never_leaks(
     assert not any(wrong in record.getMessage() for record in caplog.records)
 
 
-async def test_scenario_8_unknown_key_exposes_no_secret(a2a_server: Any) -> None:
+async def test_an_unknown_key_sends_nothing_and_exposes_no_secret(a2a_server: Any) -> None:
     a2a_server.reset()
     agent = a2a_agent(a2a_server.card_url("auth"), token="test-token")
     async with Engine([agent]) as eng:
@@ -555,7 +557,7 @@ async def test_sticky_per_parent_thread_reuses_the_context_across_runs_of_one_th
     assert results[2].remote_context_id != results[0].remote_context_id
 
 
-# -- §21 goroutine leak: after a parent cancel and an input refusal -----------------------
+# -- no task left running: after a parent cancel and an input refusal ---------------------
 
 
 @pytest.mark.parametrize("scenario", ["hang", "input"])

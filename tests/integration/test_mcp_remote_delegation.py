@@ -1,11 +1,11 @@
-"""Audit of issue 4 (`delegate_to_agent` over MCP): the gaps left by `test_mcp_endpoint.py`.
+"""`delegate_to_agent` over MCP with a real remote A2A agent behind the call.
 
-Those tests check the tool mostly against in-process agents. These check the same promises where
-a real remote is involved, reading what the remote recorded: a refused call sends nothing to the
-remote, the run's bearer token never reaches the remote agent, the tool's constraints become the
-A2A request's configuration, concurrent calls to remote agents keep their events apart, and a
-silent remote still yields progress notifications. Also: the run context comes from the token,
-never from an argument.
+`test_mcp_endpoint.py` checks the tool mostly against in-process agents. These check its promises
+where a real remote is involved, reading what the remote recorded: a refused call sends nothing to
+the remote, the run's bearer token never reaches the remote agent, the tool's constraints become the
+A2A request's configuration, concurrent calls to remote agents keep their events apart, and a silent
+remote still yields progress notifications. Also: the run context comes from the token, never from
+an argument.
 """
 
 from __future__ import annotations
