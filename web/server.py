@@ -15,7 +15,8 @@ Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stre
 - `GET /runs/<id>/events`: the run's stream after `Last-Event-ID` (or `?after=`), then live. A
   cursor older than the replay window gets an explicit gap event first. Needs the viewer token
   (`Authorization: Bearer`, or `?token=` for `EventSource`, which cannot send headers).
-- `GET /runs/<id>/ws`: the same stream over WebSocket (one text frame per event, same cursors).
+- `GET /runs/<id>/ws`: the same stream over WebSocket: one text message per event,
+  `{"id": <cursor or null>, "data": <event>}`, the same events and cursors as the SSE stream.
 - Every stream takes `?mode=` (attributed, custom, inline, hidden) and `?format=engine` for the
   engine's own envelope (`EngineEventEncoder`) instead of AG-UI.
 - `POST /runs/<id>/stop`: cancel the run; the cascade reaches every remote task.
@@ -35,9 +36,12 @@ reading is dropped by the listener, and a resume after a run's terminal is answe
 tells an `EventSource` not to reconnect).
 
 Streaming: each viewer reads the run journal from its cursor through its own bounded lanes (a
-slow viewer never slows the run or other viewers), everything ready is written as one body
-write (`feed_batch`), the run's viewers share the encoding of text deltas, every SSE stream
-opens with `retry: <reconnect_ms>`, and a keep-alive comment goes out when the run is idle.
+slow viewer never slows the run or other viewers). One pipeline for both transports: the
+viewer's encoder translates what is ready once into frames (each event's JSON and the cursor it
+carries, `frames_batch`), which are written as one SSE body write (`sse_bytes`) or as WebSocket
+messages (`websocket_messages`); nothing is parsed back. The run's viewers share the encoding of
+text deltas, every SSE stream opens with `retry: <reconnect_ms>`, and a keep-alive comment goes
+out when the run is idle.
 CORS is closed unless origins are configured. Once a server is up it freezes its startup
 objects out of the garbage collector's walks (`freeze_startup_objects`).
 """
@@ -55,7 +59,7 @@ import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, TypeVar
 
 import attrs
 import trio
@@ -63,6 +67,14 @@ from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
+from adapters.agui import (
+    KEEPALIVE,
+    AguiStreamEncoder,
+    Frame,
+    SharedEncoding,
+    sse_bytes,
+    websocket_messages,
+)
 from adapters.listener import (
     ListenerLimits,
     Refusal,
@@ -74,7 +86,7 @@ from adapters.listener import (
     serve_listener,
 )
 from adapters.parents import ParentAgent
-from engine import DelegationError, Engine, JournalEntry, Run, RunJournal, Subscription
+from engine import DelegationError, Engine, JournalEntry, Run, RunJournal, Subscription, to_json
 from web.config import HostConfig
 
 __all__ = ["ParentAgent", "RunHost", "StreamEncoder", "create_app"]
@@ -90,15 +102,20 @@ WS_MESSAGE_BURST: Final = 16
 
 
 class StreamEncoder(Protocol):
-    """Turns one viewer's journal entries into wire bytes (AG-UI SSE, or frames).
+    """Translates one viewer's journal entries into frames (`adapters.agui.Frame`: each event's
+    JSON and the cursor it carries), which the stream writes as SSE or WebSocket messages.
 
-    `feed_batch` gets what is ready at once (one body write); it may merge text deltas, as a
-    viewer behind the journal gets them merged anyway. `feed` is used to replay a reconnecting
-    viewer's history, and must leave the encoder as `feed_batch` would."""
+    `frames_batch` gets what is ready at once (one write); it may merge text deltas, as a
+    viewer behind the journal gets them merged anyway. `frames` is used to replay a reconnecting
+    viewer's history, and must leave the encoder as `frames_batch` would."""
 
-    def feed(self, entry: JournalEntry) -> bytes: ...
+    def frames(self, entry: JournalEntry) -> list[Frame]: ...
 
-    def feed_batch(self, entries: Sequence[JournalEntry]) -> bytes: ...
+    def frames_batch(self, entries: Sequence[JournalEntry]) -> list[Frame]: ...
+
+
+#: What one write of a stream is: SSE bytes, or a list of WebSocket text messages.
+Out = TypeVar("Out")
 
 
 #: (thread id, run id, mode, the run's shared dict) -> one viewer's encoder. The dict lives as
@@ -291,18 +308,21 @@ async def open_stream(
     hosted: HostedRun,
     after: int | None,
     encoder: StreamEncoder,
+    write: Callable[[list[Frame]], Out],
     *,
     keepalive: float,
-    keepalive_bytes: bytes = b": keepalive\n\n",
-    preamble: bytes = b"",
-) -> AsyncIterator[bytes]:
-    """A viewer's byte stream: the journal after `after`, then live, ending after the run's
-    terminal. Checks the cursor before returning (bad cursors are `HttpError`s, answered before
-    any byte is streamed; a cursor at the terminal of an ended run is `RunOver`). The stream
-    subscribes to the journal only once it is iterated (a stream never iterated holds nothing)
-    and first feeds the encoder the entries up to `after` (their bytes discarded), so a
-    reconnecting viewer's stream continues in the state the old one left. `preamble` (the SSE
-    `retry:` field) goes out with the first write."""
+    idle: Out | None = None,
+    preamble: Out | None = None,
+) -> AsyncIterator[Out]:
+    """A viewer's stream: the journal after `after`, then live, ending after the run's terminal;
+    each batch of entries translated once into frames by `encoder` and written by `write`
+    (`sse_bytes`, `websocket_messages`). Checks the cursor before returning (bad cursors are
+    `HttpError`s, answered before anything is streamed; a cursor at the terminal of an ended run
+    is `RunOver`). The stream subscribes to the journal only once it is iterated (a stream never
+    iterated holds nothing) and first feeds the encoder the entries up to `after` (their frames
+    discarded), so a reconnecting viewer's stream continues in the state the old one left.
+    `preamble` (the SSE `retry:` field) goes out first; `idle` (the SSE keep-alive comment), if
+    given, whenever the run has been quiet for `keepalive` seconds."""
     journal = host.engine.journal(hosted.run_id)
     if journal is None:
         raise HttpError(404, "unknown_run", "The run's journal is no longer kept.")
@@ -310,25 +330,26 @@ async def open_stream(
         raise HttpError(400, "bad_cursor", f"Cursor {after} is beyond the run's last event.")
     if after is not None and after == journal.head and hosted.ended.is_set():
         raise RunOver()
-    return _stream(journal, after, encoder, keepalive, keepalive_bytes, preamble)
+    return _stream(journal, after, encoder, write, keepalive, idle, preamble)
 
 
 async def _stream(
     journal: RunJournal,
     after: int | None,
     encoder: StreamEncoder,
+    write: Callable[[list[Frame]], Out],
     keepalive: float,
-    keepalive_bytes: bytes,
-    preamble: bytes,
-) -> AsyncIterator[bytes]:
+    idle: Out | None,
+    preamble: Out | None,
+) -> AsyncIterator[Out]:
     subscription: Subscription = journal.subscribe(after)
     async with subscription:
         if after:
             for entry in await journal.store.read_after(0, after):
                 if entry.cursor > after:  # gap markers stand for many cursors: stop at the cut
                     break
-                encoder.feed(entry)
-        if preamble:
+                encoder.frames(entry)
+        if preamble is not None:
             yield preamble
         while True:
             batch: list[JournalEntry] = []
@@ -338,12 +359,12 @@ async def _stream(
                 except trio.EndOfChannel:
                     return
             if not batch:
-                if keepalive_bytes:
-                    yield keepalive_bytes
+                if idle is not None:
+                    yield idle
                 continue
-            chunk = encoder.feed_batch(batch)
-            if chunk:
-                yield chunk
+            frames = encoder.frames_batch(batch)
+            if frames:
+                yield write(frames)
 
 
 def create_app(
@@ -443,6 +464,20 @@ def create_app(
         _format(request.args.get("format"))  # refused before the run starts
         return await host.start(prompt, thread_id=thread_id, agui_run_id=agui_run_id, mode=mode)
 
+    async def sse_stream(
+        hosted: HostedRun, after: int | None, encoder: StreamEncoder
+    ) -> AsyncIterator[bytes]:
+        return await open_stream(
+            host,
+            hosted,
+            after,
+            encoder,
+            sse_bytes,
+            keepalive=keepalive,
+            idle=KEEPALIVE,
+            preamble=retry_field,
+        )
+
     def sse_response(hosted: HostedRun, body: AsyncIterator[bytes]) -> Response:
         response = Response(body, content_type="text/event-stream")
         response.headers["cache-control"] = "no-cache"
@@ -455,9 +490,7 @@ def create_app(
     async def agui() -> Response:
         hosted = await start_hosted()
         encoder = _encoder(encoder_factory, hosted, hosted.mode, request.args.get("format"))
-        stream = await open_stream(
-            host, hosted, None, encoder, keepalive=keepalive, preamble=retry_field
-        )
+        stream = await sse_stream(hosted, None, encoder)
 
         async def body() -> AsyncIterator[bytes]:
             finished = False
@@ -496,9 +529,7 @@ def create_app(
         mode = _mode(request.args.get("mode"), hosted.mode)
         encoder = _encoder(encoder_factory, hosted, mode, request.args.get("format"))
         try:
-            stream = await open_stream(
-                host, hosted, after, encoder, keepalive=keepalive, preamble=retry_field
-            )
+            stream = await sse_stream(hosted, after, encoder)
         except RunOver:
             # 204 tells an EventSource to stop reconnecting (HTML standard, "server-sent
             # events", section 9.2.3: any status but 200 fails the connection for good).
@@ -540,7 +571,7 @@ def create_app(
             mode = _mode(websocket.args.get("mode"), hosted.mode)
             encoder = _encoder(encoder_factory, hosted, mode, websocket.args.get("format"))
             stream = await open_stream(
-                host, hosted, after, encoder, keepalive=keepalive, keepalive_bytes=b""
+                host, hosted, after, encoder, websocket_messages, keepalive=keepalive
             )
         except RunOver:
             await websocket.accept()
@@ -556,9 +587,9 @@ def create_app(
         await websocket.accept()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_discard_messages, nursery.cancel_scope)
-            async for chunk in stream:
-                for frame in _sse_frames(chunk):
-                    await websocket.send(frame)
+            async for messages in stream:
+                for message in messages:
+                    await websocket.send(message)
             nursery.cancel_scope.cancel()
         await websocket.close(1000)
 
@@ -698,26 +729,6 @@ def _read_answer(document: Any) -> tuple[str, str | None, dict[str, Any] | None]
     return delegation_id, text, data
 
 
-def _sse_frames(chunk: bytes) -> list[str]:
-    """SSE bytes -> one WebSocket text frame per event: `{"id": cursor, "data": <event>}`."""
-    frames = []
-    for block in chunk.split(b"\n\n"):
-        if not block or block.startswith(b":"):
-            continue
-        cursor = None
-        data = []
-        for line in block.split(b"\n"):
-            if line.startswith(b"id: "):
-                cursor = int(line[4:])
-            elif line.startswith(b"data: "):
-                data.append(line[6:])
-        if data:
-            number = "null" if cursor is None else str(cursor)
-            payload = b"\n".join(data).decode()
-            frames.append(f'{{"id":{number},"data":{payload}}}')
-    return frames
-
-
 @asynccontextmanager
 async def open_host(
     config: HostConfig,
@@ -750,19 +761,17 @@ async def open_host(
 
 
 class EngineEventEncoder:
-    """Engine events as they are (`engine.to_json`), one SSE message per journal entry: for
-    tools and tests that want the engine's own envelope rather than AG-UI."""
+    """Engine events as they are (`engine.to_json`), one frame per journal entry carrying its
+    cursor: for tools and tests that want the engine's own envelope rather than AG-UI."""
 
     def __init__(self, thread_id: str = "", run_id: str = "", mode: str = "") -> None:
         self.thread_id = thread_id
 
-    def feed(self, entry: JournalEntry) -> bytes:
-        from engine import to_json
+    def frames(self, entry: JournalEntry) -> list[Frame]:
+        return [(entry.cursor, to_json(entry.event).encode())]
 
-        return b"id: %d\ndata: %s\n\n" % (entry.cursor, to_json(entry.event).encode())
-
-    def feed_batch(self, entries: Sequence[JournalEntry]) -> bytes:
-        return b"".join(self.feed(entry) for entry in entries)
+    def frames_batch(self, entries: Sequence[JournalEntry]) -> list[Frame]:
+        return [(entry.cursor, to_json(entry.event).encode()) for entry in entries]
 
 
 def freeze_startup_objects() -> None:
@@ -799,7 +808,6 @@ async def serve_app(
 def default_encoder_factory() -> EncoderFactory:
     """The wire format viewers get by default: AG-UI events in the run's visibility mode, the
     run's viewers sharing one `SharedEncoding`."""
-    from adapters.agui import AguiStreamEncoder, SharedEncoding
 
     def factory(thread_id: str, run_id: str, mode: str, shared: dict[str, Any]) -> StreamEncoder:
         encoding = shared.get("agui")

@@ -1,7 +1,9 @@
 """The AG-UI output adapter: engine journal entries as an AG-UI 1.0 event stream, and its checker.
 
-`AguiStreamEncoder(thread_id, run_id, mode)` turns one viewer's journal entries into AG-UI SSE
-bytes in one of four visibility modes (`attributed`, `custom`, `inline`, `hidden`);
+`AguiStreamEncoder(thread_id, run_id, mode)` turns one viewer's journal entries into AG-UI events
+in one of four visibility modes (`attributed`, `custom`, `inline`, `hidden`): frames, each
+event's JSON with the cursor it carries, which `sse_bytes` writes as SSE and
+`websocket_messages` as WebSocket messages (`_framing`);
 `parse_sse` reads captured SSE back into events and `check_events` / `check_frames` hold them
 to the AG-UI verifier rules (`Rule`, `Violation`). Everything here is sans-IO: the server
 (`web.server`) and the `check-stream` command do the I/O.
@@ -13,13 +15,20 @@ translation of the remote's stream is `AguiRemoteMapper` (sans-IO, `_remote`), t
 
 from adapters.agui._checker import Rule, StreamChecker, Violation, check_events, check_frames
 from adapters.agui._chunks import ChunkError, ChunkExpander
-from adapters.agui._encoder import MODES, AguiStreamEncoder, SharedEncoding, frame_events
+from adapters.agui._encoder import (
+    MODES,
+    AguiStreamEncoder,
+    SharedEncoding,
+    frame_events,
+)
+from adapters.agui._framing import KEEPALIVE, Frame, sse_bytes, websocket_messages
 from adapters.agui._remote import AguiRemoteMapper, RemoteSseDecoder
 from adapters.agui._sse import SseError, parse_sse
 from adapters.agui._target import AGENT_PROTOCOL, AguiAgentConfig, AguiTarget
 
 __all__ = [
     "AGENT_PROTOCOL",
+    "KEEPALIVE",
     "MODES",
     "AguiAgentConfig",
     "AguiRemoteMapper",
@@ -27,6 +36,7 @@ __all__ = [
     "AguiTarget",
     "ChunkError",
     "ChunkExpander",
+    "Frame",
     "RemoteSseDecoder",
     "Rule",
     "SharedEncoding",
@@ -37,4 +47,6 @@ __all__ = [
     "check_frames",
     "frame_events",
     "parse_sse",
+    "sse_bytes",
+    "websocket_messages",
 ]

@@ -67,8 +67,12 @@ Odd input never raises (unless `strict=True`, for tests): events after the termi
 delegation's terminal, duplicates and closes of unknown ids are dropped and counted in `dropped`
 by reason; unknown kinds become CUSTOM events named after the kind.
 
-SSE framing: `data: <json>` per event, LF only; the last event produced from an entry carries
-`id: <cursor>` (only when the cursor is above the last id written, so ids strictly increase).
+Output: frames (`adapters.agui._framing`), one per AG-UI event, its JSON and the cursor it
+carries: the last event produced from an entry carries the entry's cursor (only when the cursor
+is above the last one given, so ids strictly increase). `frames` / `frames_batch` give them, for
+any transport to write (the server writes the same frames as SSE or as WebSocket messages);
+`feed` / `feed_batch` write them as SSE (`data: <json>` per event, `id: <cursor>` before it
+when it carries one, LF only).
 
 Encoding once for many viewers: the viewers of one run may share a `SharedEncoding` (the server
 gives each hosted run one). The JSON of a text delta into an open message, the bulk of every
@@ -90,6 +94,7 @@ from typing import Any, Final
 import attrs
 from ag_ui.core import EventType
 
+from adapters.agui._framing import Frame, sse_bytes
 from engine import DelegationError, DelegationEvent, ErrorCode, JournalEntry, Kind, to_jsonable
 
 __all__ = ["AguiStreamEncoder", "MODES", "SharedEncoding", "frame_events"]
@@ -234,9 +239,10 @@ class _Delegation:
 
 
 class AguiStreamEncoder:
-    """One viewer's AG-UI stream: `feed(entry)` returns the SSE bytes of that journal entry.
+    """One viewer's AG-UI stream: `frames(entry)` gives the frames of that journal entry,
+    `feed(entry)` the same as SSE bytes.
 
-    `translate(entry)` returns the AG-UI events (dicts) without framing. Create one per viewer
+    `translate(entry)` returns the AG-UI events (dicts) without encoding. Create one per viewer
     (`AguiStreamEncoder(thread_id, run_id, mode)` matches the server's `EncoderFactory`).
     """
 
@@ -276,24 +282,27 @@ class AguiStreamEncoder:
         #: `_fast_target`'s answers since the generic path last ran.
         self._fast_known: dict[tuple[Any, ...], tuple[str, str | None]] = {}
 
-    # -- the StreamEncoder protocol --------------------------------------------------------
+    # -- the StreamEncoder protocol: frames --------------------------------------------------
 
-    def feed(self, entry: JournalEntry) -> bytes:
+    def frames(self, entry: JournalEntry) -> list[Frame]:
+        """The frames of one journal entry (`adapters.agui._framing`): the JSON of each AG-UI
+        event it gives, the last carrying the entry's cursor when that is above the last cursor
+        given (so ids strictly increase); none for an entry the mode hides."""
         fast = self._fast_delta(entry.event)
         if fast is not None:
             cursor = entry.cursor
             if isinstance(cursor, int) and cursor > self._last_id:
                 self._last_id = cursor
-                return b"id: %d\ndata: %s\n\n" % (cursor, fast)
-            return b"data: %s\n\n" % fast
+                return [(cursor, fast)]
+            return [(None, fast)]
         events = self.translate(entry)
         if not events:
-            return b""
+            return []
         cursor = entry.cursor
         if isinstance(cursor, int) and cursor > self._last_id:
             self._last_id = cursor
-            return frame_events(events, cursor)
-        return frame_events(events, None)
+            return _frames_of(events, cursor)
+        return _frames_of(events, None)
 
     def translate(self, entry: JournalEntry) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
@@ -307,19 +316,19 @@ class AguiStreamEncoder:
             self.dropped["encoder_error"] += 1
         return out
 
-    def feed_batch(self, entries: Sequence[JournalEntry]) -> bytes:
-        """The SSE bytes of entries that are ready together (one body write): what `feed`
-        writes for each, except that a run of text deltas into open messages, with nothing
-        else between them, becomes one TEXT_MESSAGE_CONTENT per message (in the order the
-        messages first appear), the last carrying the run's highest cursor as its `id:`.
+    def frames_batch(self, entries: Sequence[JournalEntry]) -> list[Frame]:
+        """The frames of entries that are ready together (one write): what `frames` gives for
+        each, except that a run of text deltas into open messages, with nothing else between
+        them, becomes one TEXT_MESSAGE_CONTENT per message (in the order the messages first
+        appear), the last carrying the run's highest cursor.
 
         Deltas of different messages are independent streams, and nothing that opens, closes
-        or orders anything is moved, so the stream is what `feed` would give with the deltas
+        or orders anything is moved, so the stream is what `frames` would give with the deltas
         merged, as a viewer behind the journal gets them anyway; a single delta, or a batch of
-        one entry, writes exactly `feed`'s bytes."""
+        one entry, gives exactly `frames`' frames."""
         if len(entries) == 1:
-            return self.feed(entries[0])
-        parts: list[bytes] = []
+            return self.frames(entries[0])
+        out: list[Frame] = []
         run: dict[tuple[str, str | None], list[str]] = {}
         run_entries: list[JournalEntry] = []
         known_get = self._fast_known.get  # the same dict all along (cleared, never replaced)
@@ -354,30 +363,38 @@ class AguiStreamEncoder:
                     run_entries.append(entry)
                     continue
             if run:
-                parts.append(self._merged(run, run_entries))
+                out += self._merged(run, run_entries)
                 run = {}
                 run_entries = []
-            parts.append(self.feed(entry))
+            out += self.frames(entry)
         if run:
-            parts.append(self._merged(run, run_entries))
-        return b"".join(parts)
+            out += self._merged(run, run_entries)
+        return out
+
+    def feed(self, entry: JournalEntry) -> bytes:
+        """`frames(entry)` as SSE bytes."""
+        return sse_bytes(self.frames(entry))
+
+    def feed_batch(self, entries: Sequence[JournalEntry]) -> bytes:
+        """`frames_batch(entries)` as SSE bytes (one body write)."""
+        return sse_bytes(self.frames_batch(entries))
 
     def _merged(
         self, run: dict[tuple[str, str | None], list[str]], entries: list[JournalEntry]
-    ) -> bytes:
+    ) -> list[Frame]:
         if len(entries) == 1:
-            return self.feed(entries[0])
+            return self.frames(entries[0])
         cursor = entries[-1].cursor  # entries come in cursor order: the last is the highest
         if not isinstance(cursor, int):
             cursor = 0
-        parts = []
-        for (wire_id, tag), pieces in run.items():
-            data = _content_json(wire_id, tag, "".join(pieces))
-            parts.append(b"data: %s\n\n" % data)
+        out: list[Frame] = [
+            (None, _content_json(wire_id, tag, "".join(pieces)))
+            for (wire_id, tag), pieces in run.items()
+        ]
         if cursor > self._last_id:
             self._last_id = cursor
-            parts[-1] = b"id: %d\n%s" % (cursor, parts[-1])
-        return b"".join(parts)
+            out[-1] = (cursor, out[-1][1])
+        return out
 
     def _fast_target(self, event: DelegationEvent) -> tuple[str, str | None, str] | None:
         """(wire id, subagentRunId tag, delta) of a text delta into an already open message:
@@ -439,12 +456,11 @@ class AguiStreamEncoder:
         if target is None:
             return None
         shared = self.shared
-        if shared is not None:
-            data = shared.get(self.mode, event)
-            if data is not None:
-                return data
-        data = _content_json(*target)
-        if shared is not None:
+        if shared is None or shared.viewers < 2:  # nothing is shared (`SharedEncoding.get`)
+            return _content_json(target[0], target[1], target[2])
+        data = shared.get(self.mode, event)
+        if data is None:
+            data = _content_json(target[0], target[1], target[2])
             shared.put(self.mode, event, data)
         return data
 
@@ -1167,7 +1183,7 @@ def _closing(subagent: _Delegation, *, suspended: bool = False) -> DelegationEve
     )
 
 
-# -- JSON and SSE ----------------------------------------------------------------------------
+# -- JSON and frames ----------------------------------------------------------------------------
 
 
 #: `json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)`, built once:
@@ -1180,23 +1196,19 @@ _CONTENT_HEAD: Final = '{"type":' + _quote(_TEXT_CONTENT) + ',"messageId":'
 
 
 def _content_json(wire_id: str, tag: str | None, delta: str) -> bytes:
-    """TEXT_MESSAGE_CONTENT's JSON built as a string: exactly what `_encode` writes for the dict
-    `_text` builds (same key order, `_dumps`' escaping; the tests compare), at a fraction of
-    the cost; a lone surrogate takes `_encode`'s escaping path."""
+    """TEXT_MESSAGE_CONTENT's JSON built as a string (one f-string: the cheapest way to join
+    its pieces): exactly what `_encode` writes for the dict `_text` builds (same key order,
+    `_dumps`' escaping; the tests compare), at a fraction of the cost; a lone surrogate takes
+    `_encode`'s escaping path."""
     if tag is None:
-        text = _CONTENT_HEAD + _quote(wire_id) + ',"delta":' + _quote(delta) + "}"
+        text = f'{_CONTENT_HEAD}{_quote(wire_id)},"delta":{_quote(delta)}}}'
     else:
         text = (
-            _CONTENT_HEAD
-            + _quote(wire_id)
-            + ',"delta":'
-            + _quote(delta)
-            + ',"subagentRunId":'
-            + _quote(tag)
-            + "}"
+            f'{_CONTENT_HEAD}{_quote(wire_id)},"delta":{_quote(delta)}'
+            f',"subagentRunId":{_quote(tag)}}}'
         )
     try:
-        return text.encode("utf-8")
+        return text.encode()
     except UnicodeEncodeError:
         event = {"type": _TEXT_CONTENT, "messageId": wire_id, "delta": delta}
         if tag is not None:
@@ -1234,9 +1246,14 @@ def _encode(event: dict[str, Any]) -> bytes:
         return json.dumps(json.loads(text), separators=(",", ":")).encode("ascii")
 
 
+def _frames_of(events: list[dict[str, Any]], cursor: int | None) -> list[Frame]:
+    """The frames of events produced from one entry: `cursor` (if given) on the last one."""
+    frames: list[Frame] = [(None, _encode(event)) for event in events]
+    if cursor is not None and frames:
+        frames[-1] = (cursor, frames[-1][1])
+    return frames
+
+
 def frame_events(events: list[dict[str, Any]], cursor: int | None) -> bytes:
     """SSE bytes for events produced from one entry: `id: cursor` on the last one (if given)."""
-    parts = [b"data: " + _encode(event) + b"\n\n" for event in events]
-    if cursor is not None and parts:
-        parts[-1] = b"id: %d\n%s" % (cursor, parts[-1])
-    return b"".join(parts)
+    return sse_bytes(_frames_of(events, cursor))

@@ -1,7 +1,7 @@
 """Reading captured AG-UI SSE text back into events: `parse_sse`.
 
 This module owns the reading side of our SSE framing (the writing side is
-`adapters.agui._encoder.frame_events`): blocks separated by a blank line, `id: <cursor>` and
+`adapters.agui._framing.sse_bytes`): blocks separated by a blank line, `id: <cursor>` and
 `data: <json>` lines, `:` comments (keep-alives) ignored. It is sans-IO and strict where a
 browser client is: CR line endings (@ag-ui/client 1.0.0 splits frames only on LF LF), data that
 is not a JSON object, NaN/Infinity tokens (`JSON.parse` refuses them) and numbers out of a

@@ -23,14 +23,9 @@ from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
 from demo import demo_agents
 from engine import AgentSpec, DelegationPolicy, InputRequiredMode, Kind
+from tests.helpers.wire import messages_from_sse
 from web.config import parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
-
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
 
 RUN_INPUT = {
     "threadId": "thread-1",
@@ -208,6 +203,34 @@ async def test_websocket_carries_the_same_stream() -> None:
     assert_valid(received)
     assert not_deltas(received) == not_deltas(sse)
     assert texts(received) == texts(sse)
+
+
+async def test_websocket_messages_are_the_sse_streams_events_to_the_byte() -> None:
+    """One pipeline: a finished run read over SSE and over WebSocket, whole and after a cursor,
+    gives the same events, each WebSocket message exactly the `{"id", "data"}` text the SSE
+    block it matches spells."""
+    async with server() as (base, _), httpx.AsyncClient(timeout=30) as http:
+        started = (await http.post(f"{base}/runs", json=RUN_INPUT)).json()
+        token = started["viewer_token"]
+        url = f"{base}{started['events_url']}?token={token}"
+        whole = await read_stream(http, url)  # to the terminal: the run has ended
+        cut = whole[len(whole) // 2][0] or whole[-1][0]
+        ws_url = base.replace("http://", "ws://") + started["websocket_url"]
+        for after in ("", f"&after={cut}"):
+            sse = (await http.get(url + after)).content
+            messages: list[str] = []
+            code = None
+            async with open_websocket_url(f"{ws_url}?token={token}{after}") as ws:
+                while True:
+                    try:
+                        messages.append(str(await ws.get_message()))
+                    except ConnectionClosed as closed:
+                        code = closed.reason.code
+                        break
+                await ws._stream.aclose()  # see test_websocket_carries_the_same_stream
+            assert code == 1000
+            assert messages == messages_from_sse(sse)
+            assert [(m["id"], m["data"]) for m in map(json.loads, messages)] == parse_sse(sse)
 
 
 async def test_stop_cancels_the_run_and_its_delegations() -> None:

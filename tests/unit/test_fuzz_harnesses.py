@@ -154,11 +154,9 @@ def test_agui_stream_harness_fails_when_the_encoder_is_not_deterministic(
     from adapters.agui import _encoder
 
     counter = itertools.count()
-    real = _encoder.frame_events
+    real = _encoder.sse_bytes
     monkeypatch.setattr(
-        _encoder,
-        "frame_events",
-        lambda events, cursor: real(events, cursor) + b": %d\n\n" % next(counter),
+        _encoder, "sse_bytes", lambda frames: real(frames) + b": %d\n\n" % next(counter)
     )
     with pytest.raises(AssertionError, match="second pass wrote other bytes"):
         fuzz.fuzz_agui_stream.fuzz_one_input(bytes([0, 0, 1, 0, 2, 0]))

@@ -67,6 +67,7 @@ import h11
 import httpx
 import trio
 
+from adapters.agui import Frame, sse_bytes
 from adapters.inprocess import InProcessTarget, LocalTask
 from engine import (
     AgentSpec,
@@ -210,14 +211,14 @@ class _CountingEncoder:
         self._inner = inner
         self._progress = progress
 
-    def feed(self, entry: JournalEntry) -> bytes:
+    def frames(self, entry: JournalEntry) -> list[Frame]:
         self._note(entry.cursor)
-        return self._inner.feed(entry)
+        return self._inner.frames(entry)
 
-    def feed_batch(self, entries: Sequence[JournalEntry]) -> bytes:
+    def frames_batch(self, entries: Sequence[JournalEntry]) -> list[Frame]:
         if entries:
             self._note(entries[-1].cursor)
-        return self._inner.feed_batch(entries)
+        return self._inner.frames_batch(entries)
 
     def _note(self, cursor: int) -> None:
         progress = self._progress
@@ -929,8 +930,9 @@ def bench_sse(
 
 
 def _encode_for_viewers(entries: Sequence[JournalEntry], viewers: int, share: bool) -> float:
-    """Seconds the default encoder takes to write `entries` for `viewers` viewers of one run,
-    entry by entry in turn as live viewers take them; sharing the run's encoding or not."""
+    """Seconds the default encoder takes to write `entries` as SSE for `viewers` viewers of one
+    run (its frames, then `sse_bytes`, as the server writes them), entry by entry in turn as live
+    viewers take them; sharing the run's encoding or not."""
     factory = default_encoder_factory()
     encoders = []
     shared: dict[str, Any] = {}
@@ -942,7 +944,7 @@ def _encode_for_viewers(entries: Sequence[JournalEntry], viewers: int, share: bo
     started = time.perf_counter()
     for entry in entries:
         for encoder in encoders:
-            encoder.feed(entry)
+            sse_bytes(encoder.frames(entry))
     return time.perf_counter() - started
 
 
