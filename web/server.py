@@ -62,7 +62,9 @@ from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol, TypeVar
 
 import attrs
+import pydantic
 import trio
+from ag_ui.core import RunAgentInput, TextPart, UserMessage
 from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -670,43 +672,79 @@ def _mode(value: str | None, default: str) -> str:
     return value
 
 
+#: The fields of a `RunAgentInput` the protocol requires but this server can do without: the
+#: ids it makes itself when a caller sends none, and no messages (an empty prompt).
+_OPTIONAL_INPUT: Final = (("threadId", "thread_id"), ("runId", "run_id"), ("messages", "messages"))
+#: A run id or thread id a caller names: what a stream repeats back and a page may show.
+MAX_ID_CHARS: Final = 128
+
+
 def _read_run_input(
     document: Any, mode: str | None
 ) -> tuple[str, str | None, str | None, str | None]:
-    """The parts of an AG-UI `RunAgentInput` the server uses: the last user message as the
-    prompt, `threadId`, `runId`, and the visibility mode (`?mode=` or `forwardedProps.mode`)."""
+    """The parts of an AG-UI `RunAgentInput` (read with the protocol's own model,
+    `ag_ui.core.RunAgentInput`) the server uses: the last user message as the prompt, `threadId`,
+    `runId`, and the visibility mode (`?mode=` or `forwardedProps.mode`). `threadId`, `runId`
+    and `messages` may be left out (`_OPTIONAL_INPUT`); whatever else the model refuses is a
+    400 `bad_input` naming the field (`messages[0].content: ...`)."""
     if not isinstance(document, dict):
         raise HttpError(400, "bad_input", "The body must be a RunAgentInput JSON object.")
-    messages = document.get("messages", [])
-    if not isinstance(messages, list):
-        raise HttpError(400, "bad_input", "messages must be an array.")
+    absent = {
+        alias for alias, name in _OPTIONAL_INPUT if alias not in document and name not in document
+    }
+    filled = {alias: [] if alias == "messages" else "-" for alias in absent}
+    try:
+        run_input = RunAgentInput.model_validate({**document, **filled})
+    except pydantic.ValidationError as exc:
+        error = exc.errors(include_url=False, include_context=False, include_input=False)[0]
+        where = _field_path(document, error["loc"])
+        raise HttpError(400, "bad_input", f"{where}: {error['msg'][:200]}.") from None
+    except RecursionError:
+        raise HttpError(400, "bad_input", "The body is nested too deeply.") from None
     prompt = ""
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
+    for message in reversed(run_input.messages):
+        if isinstance(message, UserMessage):
+            content = message.content
             if isinstance(content, str):
                 prompt = content
-            elif isinstance(content, list):
-                prompt = " ".join(
-                    str(part.get("text", "")) for part in content if isinstance(part, dict)
-                )
+            else:
+                prompt = " ".join(part.text for part in content if isinstance(part, TextPart))
             break
     if len(prompt) > MAX_PROMPT_CHARS:
         raise HttpError(400, "bad_input", f"The prompt is over {MAX_PROMPT_CHARS} characters.")
-    ids = []
-    for name in ("threadId", "runId"):
-        value = document.get(name)
-        if value is not None and (
-            not isinstance(value, str) or not value or len(value) > 128 or not value.isprintable()
-        ):
-            raise HttpError(400, "bad_input", f"{name} must be a short printable string.")
-        ids.append(value)
-    props = document.get("forwardedProps")
+    ids: list[str | None] = []
+    for alias, value in (("threadId", run_input.thread_id), ("runId", run_input.run_id)):
+        if alias in absent:
+            ids.append(None)
+        elif not value or len(value) > MAX_ID_CHARS or not value.isprintable():
+            raise HttpError(
+                400, "bad_input", f"{alias} must be 1 to {MAX_ID_CHARS} printable characters."
+            )
+        else:
+            ids.append(value)
+    props = run_input.forwarded_props
     if mode is None and isinstance(props, dict) and isinstance(props.get("mode"), str):
         mode = props["mode"]
     if mode is not None:
         mode = _mode(mode, mode)
     return prompt, ids[0], ids[1], mode
+
+
+def _field_path(document: Any, loc: Sequence[int | str]) -> str:
+    """A validation error's location as the field a caller wrote (`messages[0].content`): the
+    steps of `loc` that are keys and indexes of `document`, without the names pydantic gives
+    the branches of a union (`user`, `str`, ...); at most 120 characters."""
+    path = ""
+    node = document
+    for step, key in enumerate(loc):
+        last = step == len(loc) - 1
+        if isinstance(key, int) and isinstance(node, list) and 0 <= key < len(node):
+            path += f"[{key}]"
+            node = node[key]
+        elif isinstance(key, str) and isinstance(node, dict) and (key in node or last):
+            path += f".{key}" if path else key
+            node = node.get(key)
+    return path[:120] or "body"
 
 
 def _read_answer(document: Any) -> tuple[str, str | None, dict[str, Any] | None]:

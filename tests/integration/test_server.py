@@ -320,6 +320,38 @@ async def test_bad_requests_get_json_errors(
         assert host.active_runs == 0
 
 
+#: RunAgentInputs `ag_ui.core.RunAgentInput` refuses, and the field each refusal names.
+REFUSED_INPUTS = [
+    ({"messages": [{"role": "user", "content": "hi"}]}, "messages[0].id: Field required"),
+    ({"messages": [{"id": "u", "role": "robot", "content": "hi"}]}, "messages[0]: "),
+    ({"messages": [{"id": "u", "role": "user", "content": [{"type": "text"}]}]}, "messages[0]"),
+    ({"messages": {"role": "user"}}, "messages: Input should be a valid list"),
+    ({"tools": {}}, "tools: Input should be a valid list"),
+    ({"context": [{"description": "d"}]}, "context[0].value: Field required"),
+    ({"threadId": 5}, "threadId: Input should be a valid string"),
+    ({"runId": ""}, "runId must be 1 to 128 printable characters"),
+    ({"runId": "a\nb"}, "runId must be 1 to 128 printable characters"),
+]
+
+
+async def test_a_run_input_the_protocol_refuses_is_a_400_naming_the_field() -> None:
+    """`POST /runs` and `POST /agui` read their body with the protocol's own model; what it
+    refuses is a JSON 400 `bad_input` whose message starts with the field, never a 500."""
+    async with server() as (base, host), httpx.AsyncClient(timeout=30) as http:
+        for body, message in REFUSED_INPUTS:
+            for route in ("/runs", "/agui"):
+                response = await http.post(f"{base}{route}", json={**RUN_INPUT, **body})
+                assert response.status_code == 400, (route, body, response.text)
+                assert response.json()["error"] == "bad_input"
+                assert response.json()["message"].startswith(message), response.json()
+        # What the protocol allows but this server does not need is still taken.
+        lenient = {"messages": [{"id": "u", "role": "user", "content": "hi"}], "resume": []}
+        started = await http.post(f"{base}/runs", json=lenient)
+        assert started.status_code == 201, started.text
+        assert started.json()["thread_id"].startswith("thread-")
+    assert host.active_runs == 0
+
+
 async def test_bad_cursors_are_refused_before_streaming() -> None:
     async with server() as (base, _), httpx.AsyncClient(timeout=30) as http:
         started = (await http.post(f"{base}/runs", json=RUN_INPUT)).json()
