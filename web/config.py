@@ -63,6 +63,7 @@ import attrs
 
 from adapters import a2a, agui
 from adapters.agent_protocols import AgentProtocol, AgentSettings
+from adapters.agui import DEFAULT_MODE, MODES
 from adapters.listener import is_bearer_credential
 from adapters.parents import (
     ClaudeCodeConfig,
@@ -92,7 +93,6 @@ __all__ = [
     "register_protocol",
 ]
 
-VISIBILITY_MODES: Final = ("attributed", "custom", "inline", "hidden")
 PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
 #: The protocol of an agent whose entry names none.
 DEFAULT_PROTOCOL: Final = "a2a"
@@ -201,7 +201,7 @@ class AgentEntry:
 class ServerEntry:
     host: str = "127.0.0.1"
     port: int = 8080
-    visibility: str = "attributed"
+    visibility: str = DEFAULT_MODE  # one of `adapters.agui.MODES`
     cors_origins: tuple[str, ...] = ()
     max_body_bytes: int = 1 << 20
     keepalive_seconds: float = 15.0
@@ -532,9 +532,7 @@ class _Reader:
         return ServerEntry(
             host=self.get(table, path, "host", str, "127.0.0.1", check=_nonempty),
             port=self.get(table, path, "port", int, 8080, check=_port),
-            visibility=self.get(
-                table, path, "visibility", str, "attributed", check=_one_of(VISIBILITY_MODES)
-            ),
+            visibility=self.get(table, path, "visibility", str, DEFAULT_MODE, check=_one_of(MODES)),
             cors_origins=self.strings(table, path, "cors_origins"),
             max_body_bytes=self.get(table, path, "max_body_bytes", int, 1 << 20, check=_positive),
             keepalive_seconds=float(

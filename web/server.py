@@ -17,7 +17,7 @@ Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stre
   (`Authorization: Bearer`, or `?token=` for `EventSource`, which cannot send headers).
 - `GET /runs/<id>/ws`: the same stream over WebSocket: one text message per event,
   `{"id": <cursor or null>, "data": <event>}`, the same events and cursors as the SSE stream.
-- Every stream takes `?mode=` (attributed, custom, inline, hidden) and `?format=engine` for the
+- Every stream takes `?mode=` (one of `adapters.agui.MODES`) and `?format=engine` for the
   engine's own envelope (`EngineEventEncoder`) instead of AG-UI.
 - `POST /runs/<id>/stop`: cancel the run; the cascade reaches every remote task.
 - `POST /runs/<id>/answer`: `{"delegationId", "text" and/or "data"}` answers a subagent waiting
@@ -70,7 +70,9 @@ from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
 
 from adapters.agui import (
+    DEFAULT_MODE,
     KEEPALIVE,
+    MODES,
     AguiStreamEncoder,
     Frame,
     SharedEncoding,
@@ -164,7 +166,7 @@ class RunHost:
         nursery: trio.Nursery,
         parent_factory: Callable[[], ParentAgent],
         *,
-        visibility: str = "attributed",
+        visibility: str = DEFAULT_MODE,
         max_active_runs: int = 32,
         replay_retention: float = 60.0,
         new_run_id: Callable[[str | None], str] | None = None,
@@ -643,7 +645,6 @@ async def _discard_messages(scope: trio.CancelScope) -> None:
             return
 
 
-VISIBILITY_MODES: Final = ("attributed", "custom", "inline", "hidden")
 #: Wire formats a viewer may ask for with `?format=`: AG-UI (default) or the engine's envelope.
 FORMATS: Final = ("agui", "engine")
 
@@ -667,8 +668,8 @@ def _encoder(
 def _mode(value: str | None, default: str) -> str:
     if value is None:
         return default
-    if value not in VISIBILITY_MODES:
-        raise HttpError(400, "bad_mode", f"mode must be one of {', '.join(VISIBILITY_MODES)}.")
+    if value not in MODES:
+        raise HttpError(400, "bad_mode", f"mode must be one of {', '.join(MODES)}.")
     return value
 
 

@@ -1,9 +1,9 @@
 """The AG-UI output adapter: engine journal entries as an AG-UI 1.0 event stream, and its checker.
 
 `AguiStreamEncoder(thread_id, run_id, mode)` turns one viewer's journal entries into AG-UI events
-in one of four visibility modes (`attributed`, `custom`, `inline`, `hidden`): frames, each
-event's JSON with the cursor it carries, which `sse_bytes` writes as SSE and
-`websocket_messages` as WebSocket messages (`_framing`);
+in one of the visibility modes `MODES` (`attributed`, the default, `custom`, `inline`, `hidden`;
+declared here only): frames, each event's JSON with the cursor it carries, which `sse_bytes`
+writes as SSE and `websocket_messages` as WebSocket messages (`_framing`);
 `parse_sse` reads captured SSE back into events and `check_events` / `check_frames` hold them
 to the AG-UI verifier rules (`Rule`, `Violation`). Everything here is sans-IO: the server
 (`web.server`) and the `check-stream` command do the I/O.
@@ -16,6 +16,7 @@ translation of the remote's stream is `AguiRemoteMapper` (sans-IO, `_remote`), t
 from adapters.agui._checker import Rule, StreamChecker, Violation, check_events, check_frames
 from adapters.agui._chunks import ChunkError, ChunkExpander
 from adapters.agui._encoder import (
+    DEFAULT_MODE,
     MODES,
     AguiStreamEncoder,
     SharedEncoding,
@@ -28,6 +29,7 @@ from adapters.agui._target import AGENT_PROTOCOL, AguiAgentConfig, AguiTarget
 
 __all__ = [
     "AGENT_PROTOCOL",
+    "DEFAULT_MODE",
     "KEEPALIVE",
     "MODES",
     "AguiAgentConfig",

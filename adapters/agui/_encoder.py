@@ -97,10 +97,12 @@ from ag_ui.core import EventType
 from adapters.agui._framing import Frame, sse_bytes
 from engine import DelegationError, DelegationEvent, ErrorCode, JournalEntry, Kind, to_jsonable
 
-__all__ = ["AguiStreamEncoder", "MODES", "SharedEncoding", "frame_events"]
+__all__ = ["DEFAULT_MODE", "MODES", "AguiStreamEncoder", "SharedEncoding", "frame_events"]
 
-#: The visibility modes, default first.
+#: The visibility modes, default first: the one declaration (the server's `?mode=`, the host
+#: configuration's `[server] visibility` and the page's choices are checked against it).
 MODES: Final = ("attributed", "custom", "inline", "hidden")
+DEFAULT_MODE: Final = MODES[0]
 
 _TEXT_ROLES: Final = frozenset({"developer", "system", "assistant", "user"})
 
@@ -250,7 +252,7 @@ class AguiStreamEncoder:
         self,
         thread_id: str = "",
         run_id: str = "",
-        mode: str = "attributed",
+        mode: str = DEFAULT_MODE,
         *,
         strict: bool = False,
         shared: SharedEncoding | None = None,

@@ -27,18 +27,12 @@ import httpx
 import pytest
 import trio
 
+from adapters.agui import MODES
 from adapters.parents import ScriptedParent
 from demo import demo_agents
 from tests.helpers.node_packages import ensure_npm_packages, run_node_json_lines
 from web.config import parse_config
-from web.server import VISIBILITY_MODES, create_app, default_encoder_factory, open_host, serve_app
-
-# The scripted parent's MCP client (httpx2's SSE) leaves generators to the collector on close.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
+from web.server import create_app, default_encoder_factory, open_host, serve_app
 
 VERIFY_DIR = Path(__file__).resolve().parents[1] / "agui_verify"
 GOLDEN_DIR = Path(__file__).resolve().parents[1] / "golden" / "agui"
@@ -118,7 +112,7 @@ async def _capture_all(base: str, out: Path) -> dict[str, Path]:
             captures["events-attributed-stopped"] = body
 
         async with trio.open_nursery() as nursery:
-            for mode in VISIBILITY_MODES:
+            for mode in MODES:
                 nursery.start_soon(via_agui, mode)
                 nursery.start_soon(via_events, mode)
             nursery.start_soon(reconnected)
@@ -192,7 +186,7 @@ def accepted(verified: dict[str, Any], name: str) -> list[dict[str, Any]]:
 ROUTES = ("agui", "events")
 
 
-@pytest.mark.parametrize("mode", VISIBILITY_MODES)
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("route", ROUTES)
 def test_the_official_verifier_accepts_every_mode_on_every_route(
     verified: dict[str, Any], route: str, mode: str
