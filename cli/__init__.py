@@ -27,21 +27,25 @@ def _parser() -> argparse.ArgumentParser:
         description=(
             "Serve the page with a parent agent that delegates to remote A2A agents run by "
             "a2a-serve. Default: the scripted parent and two built-in remotes, research and "
-            "review (no model, no API key). --parent claude|codex and --remote codex|claude "
-            "use the CLIs against --model-endpoint."
+            "review (no model, no API key). --parent claude-code|codex and --remote "
+            "codex|claude-code use the CLIs against --model-endpoint (claude is claude-code)."
         ),
     )
     demo.add_argument("--host", help="address the page listens on (default: 127.0.0.1)")
     demo.add_argument("--port", type=int, help="the page's port (default: 8080; 0: any)")
+    # Parent kinds are checked by the command (`adapters.parents.parent_kind`), not listed here:
+    # importing their declaration would import every parent adapter to parse arguments.
     demo.add_argument(
         "--parent",
-        choices=("scripted", "claude", "codex"),
-        help="what drives each run (default: scripted, no model)",
+        metavar="KIND",
+        help="what drives each run: scripted (the default, no model), claude-code (or claude), "
+        "codex",
     )
     demo.add_argument(
         "--remote",
-        choices=("builtin", "codex", "claude"),
-        help="the remote A2A agents (default: builtin, research and review, no model)",
+        metavar="KIND",
+        help="the remote A2A agents: builtin (the default: research and review, no model), "
+        "codex, claude-code (or claude)",
     )
     demo.add_argument(
         "--model-endpoint",
@@ -90,8 +94,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     a2a_serve.add_argument(
         "--parent",
-        choices=("scripted", "claude-code", "codex"),
-        help="the parent agent to serve (default: the config's [parent] kind, else scripted)",
+        metavar="KIND",
+        help="the parent agent to serve: scripted, claude-code (or claude), codex (default: the "
+        "config's [parent] kind, else scripted)",
     )
     a2a_serve.add_argument(
         "--config",

@@ -25,13 +25,20 @@ import sys
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
 from adapters.a2a.serving import ServedParent, serve
 from adapters.listener import is_loopback
-from adapters.parents import Delegate, ScriptedParent
+from adapters.parents import (
+    CLAUDE_CODE,
+    CODEX,
+    SCRIPTED,
+    Delegate,
+    ScriptedParent,
+    parent_kind,
+)
 from demo.scripts import SCRIPTS
 from engine import Engine
 from web.config import ConfigError, HostConfig, load_config, parse_config, weak_token
@@ -41,15 +48,14 @@ if TYPE_CHECKING:
 
 __all__ = ["A2AServeOptions", "a2a_serve_main", "open_engine", "parent_factory", "serve"]
 
-PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
-
 
 @attrs.frozen(kw_only=True)
 class A2AServeOptions:
     """What `a2a-serve` serves and how. `config` gives the CLI parents' model settings
     (`[parent]`), the agents the served parent may delegate to (`[[agents]]`) and the limits."""
 
-    parent: str = "scripted"
+    #: A parent kind (`adapters.parents.PARENT_KINDS`); an alias (`claude`) is read as its kind.
+    parent: str = attrs.field(default=SCRIPTED, converter=parent_kind)
     config: HostConfig = attrs.field(factory=lambda: HostConfig(source="<embedded>"))
     name: str | None = None
     description: str | None = None
@@ -77,9 +83,9 @@ class A2AServeOptions:
         if self.description:
             return self.description
         what = {
-            "scripted": "a scripted agent (no model)",
-            "claude-code": "Claude Code",
-            "codex": "Codex",
+            SCRIPTED: "a scripted agent (no model)",
+            CLAUDE_CODE: "Claude Code",
+            CODEX: "Codex",
         }[self.parent]
         return f"{what}, served over A2A by subagent-engine; streams its progress and answer."
 
@@ -105,19 +111,17 @@ class A2AServeOptions:
     def needs_endpoint(self) -> bool:
         """Whether each run needs its MCP endpoint: a CLI parent is always configured with one,
         the scripted parent only for a script that delegates."""
-        if self.parent != "scripted":
+        if self.parent != SCRIPTED:
             return True
         return any(isinstance(step, Delegate) for step in SCRIPTS[self.script])
 
 
 def parent_factory(options: A2AServeOptions) -> Callable[[], ParentAgent]:
-    """A new parent adapter per task (CLI adapters keep per-run state). ValueError if the
-    parent kind is unknown or its adapter is not available."""
-    if options.parent == "scripted":
+    """A new parent adapter per task (CLI adapters keep per-run state). ValueError if its
+    adapter is not available."""
+    if options.parent == SCRIPTED:
         script = SCRIPTS[options.script]
-        return lambda: ScriptedParent(script, name="scripted")
-    if options.parent not in ("claude-code", "codex"):
-        raise ValueError(f"unknown parent {options.parent!r}; use one of {', '.join(PARENT_KINDS)}")
+        return lambda: ScriptedParent(script, name=SCRIPTED)
     configured = options.config.parent
     binary = options.binary or configured.binary
     entry = attrs.evolve(configured, kind=options.parent, binary=binary)
@@ -175,24 +179,22 @@ def a2a_serve_main(
     if problem is not None:
         print(f"subagent-engine a2a-serve: {problem}", file=sys.stderr)
         return 2
-    options = A2AServeOptions(
-        parent=parent or config.parent.kind,
-        config=config,
-        name=name,
-        description=description,
-        skills=tuple(_skill(text) for text in skills),
-        script=script,
-        binary=binary,
-        host=host,
-        port=port if port is not None else 0,
-        public_url=public_url,
-        cancel_grace=cancel_grace,
-        watch_stdin=watch_stdin,
-        token=token,
-    )
     try:
-        if options.parent not in PARENT_KINDS:
-            raise ValueError(f"unknown parent {options.parent!r}; use one of {PARENT_KINDS}")
+        options = A2AServeOptions(  # ValueError for an unknown parent kind
+            parent=parent or config.parent.kind,
+            config=config,
+            name=name,
+            description=description,
+            skills=tuple(_skill(text) for text in skills),
+            script=script,
+            binary=binary,
+            host=host,
+            port=port if port is not None else 0,
+            public_url=public_url,
+            cancel_grace=cancel_grace,
+            watch_stdin=watch_stdin,
+            token=token,
+        )
         if options.script not in SCRIPTS:
             raise ValueError(f"unknown script {options.script!r}; use one of {tuple(SCRIPTS)}")
         parent_factory(options)

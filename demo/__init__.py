@@ -10,8 +10,10 @@ are `subagent-engine a2a-serve` processes, the parents are `adapters.parents`'.
   playing its script at a human pace, and the page with the scripted parent, whose
   default script delegates to both at once over the run's MCP endpoint. Each remote is
   `subagent-engine a2a-serve --parent scripted --script research|review`.
-- `--remote codex|claude`: one remote, `a2a-serve --parent codex|claude-code` on the model
-  endpoint; `--parent claude|codex`: that CLI drives each run (`HostConfig.parent_factory`).
+- `--remote codex|claude-code`: one remote, `a2a-serve --parent codex|claude-code` on the model
+  endpoint; `--parent claude-code|codex`: that CLI drives each run (`HostConfig.parent_factory`).
+  Both flags take a parent kind as `adapters.parents.parent_kind` reads it (`claude` is
+  `claude-code`); the messages repeat the spelling given.
 - `--print`: the terminal demo (`run_demo`): one run with two in-process subagents, its ordered
   event stream printed as it happens (one line per journal entry, or JSON lines).
 
@@ -48,7 +50,20 @@ import attrs
 import trio
 
 import engine
-from adapters.parents import DEFAULT_SCRIPT, Answer, Delegate, Say, ScriptedParent, Think
+from adapters.parents import (
+    CLAUDE_CODE,
+    CLI_PARENT_KINDS,
+    CODEX,
+    DEFAULT_SCRIPT,
+    SCRIPTED,
+    Answer,
+    Delegate,
+    Say,
+    ScriptedParent,
+    Think,
+    parent_kind,
+    parent_kinds_text,
+)
 from demo.agents import demo_agents, scripted_parent
 from engine import Engine, JournalEntry, Run
 from web.config import AgentEntry, AuthEntry, ConfigError, HostConfig, ParentEntry, ServerEntry
@@ -126,8 +141,8 @@ def run_demo(*, as_json: bool = False, fast: bool = False, out: TextIO | None = 
 READY_TIMEOUT: Final = 60.0
 #: How long a stopped remote agent may take to exit before its process group is killed.
 STOP_GRACE: Final = 10.0
-PARENTS: Final = ("scripted", "claude", "codex")
-REMOTES: Final = ("builtin", "codex", "claude")
+#: `--remote`'s default: the built-in remotes; else the kind of the CLI served as the remote.
+BUILTIN: Final = "builtin"
 #: The variable that carries the remotes' bearer token into their environment (`--token-env`).
 REMOTE_TOKEN_ENV: Final = "SUBAGENT_ENGINE_REMOTE_TOKEN"
 
@@ -168,15 +183,15 @@ BUILTIN_REMOTES: Final[Mapping[str, BuiltinRemote]] = {
 
 @attrs.frozen
 class _Cli:
-    kind: str  # the parent kind in the host config and `a2a-serve --parent`
     binary: str
     label: str
     package: str
 
 
+#: What the demo tells a user about each CLI parent kind.
 _CLIS: Final = {
-    "claude": _Cli("claude-code", "claude", "Claude Code", "@anthropic-ai/claude-code"),
-    "codex": _Cli("codex", "codex", "Codex", "@openai/codex"),
+    CLAUDE_CODE: _Cli("claude", "Claude Code", "@anthropic-ai/claude-code"),
+    CODEX: _Cli("codex", "Codex", "@openai/codex"),
 }
 
 
@@ -186,8 +201,8 @@ class DemoOptions:
 
     host: str = "127.0.0.1"
     port: int = 8080
-    parent: str = "scripted"  # scripted | claude | codex
-    remote: str = "builtin"  # builtin | codex | claude
+    parent: str = SCRIPTED  # a parent kind (`adapters.parents.PARENT_KINDS`, or an alias)
+    remote: str = BUILTIN  # builtin, or a CLI parent kind (codex, claude-code, or an alias)
     #: The model server's base URL, for every CLI in the demo: Claude Code gets it as
     #: ANTHROPIC_BASE_URL, Codex as an OpenAI Responses provider at `<URL>/v1`.
     model_endpoint: str | None = None
@@ -244,7 +259,7 @@ class DemoPlan:
     def parent_factory(self, config: HostConfig) -> Callable[[], Any]:
         """Each run's parent: the scripted parent with the plan's script, or the CLI of the
         configuration (`ConfigError` if it cannot be found)."""
-        if self.parent.kind == "scripted":
+        if self.parent.kind == SCRIPTED:
             script = self.script
             return lambda: ScriptedParent(script)
         return config.parent_factory()
@@ -267,14 +282,14 @@ def model_endpoint_for(kind: str, url: str) -> str:
     or without `/v1`): Claude Code appends `/v1/messages` itself, Codex's provider wants `/v1`."""
     base = url.rstrip("/")
     root = base.removesuffix("/v1")
-    return root if kind == "claude-code" else f"{root}/v1"
+    return root if kind == CLAUDE_CODE else f"{root}/v1"
 
 
 def _find_cli(
     flag: str, name: str, binary_dir: str | None, which: Callable[[str], str | None]
 ) -> tuple[str | None, str | None]:
-    """(the CLI's path, None) or (None, the problem)."""
-    cli = _CLIS[name]
+    """(the CLI's path, None) or (None, the problem); `name` as the user spelled the kind."""
+    cli = _CLIS[parent_kind(name)]
     if binary_dir is not None:
         path = Path(binary_dir) / cli.binary
         if path.is_file() and os.access(path, os.X_OK):
@@ -326,14 +341,20 @@ def plan_demo(
     Nothing starts and nothing is written here (`workdir` only names the remotes' files)."""
     env = os.environ if environ is None else environ
     problems: list[str] = []
-    if options.parent not in PARENTS:
-        problems.append(f"--parent {options.parent}: use one of {', '.join(PARENTS)}")
-    if options.remote not in REMOTES:
-        problems.append(f"--remote {options.remote}: use one of {', '.join(REMOTES)}")
+    chosen_parent = _kind_of(options.parent)
+    if chosen_parent is None:
+        problems.append(f"--parent {options.parent}: use one of {parent_kinds_text()}")
+    chosen_remote = BUILTIN if options.remote == BUILTIN else _kind_of(options.remote)
+    if chosen_remote not in (BUILTIN, *CLI_PARENT_KINDS):
+        remotes_text = parent_kinds_text(CLI_PARENT_KINDS)
+        problems.append(f"--remote {options.remote}: use one of {BUILTIN}, {remotes_text}")
     clis = [
-        (f, n)
-        for f, n in (("--parent", options.parent), ("--remote", options.remote))
-        if n in _CLIS
+        (flag, name)
+        for flag, name, kind in (
+            ("--parent", options.parent, chosen_parent),
+            ("--remote", options.remote, chosen_remote),
+        )
+        if kind in CLI_PARENT_KINDS
     ]
     binaries: dict[str, str] = {}
     for flag, name in clis:
@@ -367,49 +388,48 @@ def plan_demo(
             if value is not None
         ]
         if unused:
-            problems.append(
-                f"{', '.join(unused)}: only for --parent claude|codex or --remote codex|claude"
-            )
+            kinds = "|".join(CLI_PARENT_KINDS)
+            problems.append(f"{', '.join(unused)}: only for --parent {kinds} or --remote {kinds}")
     elif options.api_key_env and not env.get(options.api_key_env):
         problems.append(
             f"--api-key-env {options.api_key_env}: the variable {options.api_key_env} is not set"
         )
     if problems:
         raise DemoError(problems)
+    assert chosen_parent is not None and chosen_remote is not None  # else a problem above
 
-    def cli_parent(name: str) -> ParentEntry:
-        kind = _CLIS[name].kind
+    def cli_parent(kind: str) -> ParentEntry:
         endpoint = model_endpoint_for(kind, options.model_endpoint or "")
         return ParentEntry(
             kind=kind, model_endpoint=endpoint, model=options.model, api_key_env=options.api_key_env
         )
 
     files: dict[str, str] = {}
-    if options.remote == "builtin":
+    if chosen_remote == BUILTIN:
         remotes = tuple(
             RemoteAgent(
                 key=remote.key,
                 display_name=remote.display_name,
                 description=remote.description,
                 argv=(
-                    *(python, "-m", "cli", "a2a-serve", "--parent", "scripted"),
+                    *(python, "-m", "cli", "a2a-serve", "--parent", SCRIPTED),
                     *("--script", remote.key, "--name", remote.display_name),
                     *("--description", remote.description),
                     *("--skill", f"{remote.key}={remote.description}"),
                     *("--host", "127.0.0.1", "--port", "0", "--watch-stdin"),
                     *("--token-env", REMOTE_TOKEN_ENV),
                 ),
-                what=f"a2a-serve --parent scripted --script {remote.key}",
+                what=f"a2a-serve --parent {SCRIPTED} --script {remote.key}",
             )
             for remote in BUILTIN_REMOTES.values()
         )
     else:
-        cli = _CLIS[options.remote]
+        cli = _CLIS[chosen_remote]
         path = str(Path(workdir) / f"{options.remote}-remote.toml")
-        files[path] = _parent_toml(cli_parent(options.remote))
+        files[path] = _parent_toml(cli_parent(chosen_remote))
         argv = (
             python, "-m", "cli", "a2a-serve",
-            "--parent", cli.kind,
+            "--parent", chosen_remote,
             "--config", path,
             "--binary", binaries["--remote"],
             "--host", "127.0.0.1",
@@ -424,18 +444,24 @@ def plan_demo(
                 display_name=cli.label,
                 description=f"{cli.label}, a remote A2A agent served by subagent-engine a2a-serve.",
                 argv=argv,
-                what=f"a2a-serve --parent {cli.kind}",
+                what=f"a2a-serve --parent {chosen_remote}",
             ),
         )
-    if options.parent == "scripted":
+    if chosen_parent == SCRIPTED:
         parent = ParentEntry()
-        script = (
-            DEFAULT_SCRIPT if options.remote == "builtin" else _single_remote_script(remotes[0])
-        )
+        script = DEFAULT_SCRIPT if chosen_remote == BUILTIN else _single_remote_script(remotes[0])
     else:
-        parent = attrs.evolve(cli_parent(options.parent), binary=binaries["--parent"])
+        parent = attrs.evolve(cli_parent(chosen_parent), binary=binaries["--parent"])
         script = ()
     return DemoPlan(options=options, remotes=remotes, parent=parent, script=script, files=files)
+
+
+def _kind_of(name: str) -> str | None:
+    """The parent kind `name` spells, or None."""
+    try:
+        return parent_kind(name)
+    except ValueError:
+        return None
 
 
 @attrs.frozen
@@ -524,7 +550,7 @@ def _announce(
     plan: DemoPlan, url: str, mcp_url: str, running: Sequence[_Running], out: TextIO
 ) -> None:
     keys = " and ".join(r.remote.key for r in running)
-    if plan.parent.kind == "scripted":
+    if plan.parent.kind == SCRIPTED:
         parent = f"the scripted parent (no model), delegating to {keys} over MCP"
     else:
         parent = f"{plan.parent.kind} ({plan.parent.binary}), offered {keys} over MCP"

@@ -20,7 +20,7 @@ a variable that is not set is an error at start, not at the first delegation.
     replay_retention_seconds = 60  # a finished run's replay is kept at least this long
 
     [parent]
-    kind = "scripted"             # scripted | claude-code | codex
+    kind = "scripted"             # scripted | claude-code (or its alias claude) | codex
     # for the CLIs: binary = "claude", model_endpoint = "http://127.0.0.1:8001",
     # model = "...", api_key_env = "ANTHROPIC_API_KEY", args = [...], tool_timeout = 600
 
@@ -66,11 +66,16 @@ from adapters.agent_protocols import AgentProtocol, AgentSettings
 from adapters.agui import DEFAULT_MODE, MODES
 from adapters.listener import is_bearer_credential
 from adapters.parents import (
+    CLAUDE_CODE,
+    CLI_PARENT_KINDS,
+    SCRIPTED,
     ClaudeCodeConfig,
     ClaudeCodeParent,
     CodexConfig,
     CodexParent,
     ScriptedParent,
+    parent_kind,
+    parent_kinds_text,
 )
 from engine import (
     AGENT_KEY_PATTERN,
@@ -93,7 +98,6 @@ __all__ = [
     "register_protocol",
 ]
 
-PARENT_KINDS: Final = ("scripted", "claude-code", "codex")
 #: The protocol of an agent whose entry names none.
 DEFAULT_PROTOCOL: Final = "a2a"
 #: The shortest host token accepted: a guessable token is no token.
@@ -223,7 +227,8 @@ class ServerEntry:
 
 @attrs.frozen
 class ParentEntry:
-    kind: str = "scripted"
+    #: One of `adapters.parents.PARENT_KINDS`; an alias (`claude`) is read as its kind.
+    kind: str = attrs.field(default=SCRIPTED, converter=parent_kind)
     model_endpoint: str | None = None
     model: str | None = None
     args: tuple[str, ...] = ()
@@ -235,9 +240,9 @@ class ParentEntry:
         """For a CLI kind: (its `ClaudeCodeConfig` / `CodexConfig`, a factory of its parent
         adapter). Whether the binary exists is the caller's to check (see
         `HostConfig.parent_factory`)."""
-        if self.kind not in ("claude-code", "codex"):
+        if self.kind not in CLI_PARENT_KINDS:
             raise ValueError(f"{self.kind!r} is not a CLI parent")
-        config_class: Any = ClaudeCodeConfig if self.kind == "claude-code" else CodexConfig
+        config_class: Any = ClaudeCodeConfig if self.kind == CLAUDE_CODE else CodexConfig
         options: dict[str, Any] = {"base_url": self.model_endpoint, "model": self.model}
         options["extra_args"] = self.args
         if self.binary is not None:
@@ -247,7 +252,7 @@ class ParentEntry:
         if self.tool_timeout is not None:
             options["tool_timeout"] = self.tool_timeout
         config = config_class(**options)
-        parent_class: Any = ClaudeCodeParent if self.kind == "claude-code" else CodexParent
+        parent_class: Any = ClaudeCodeParent if self.kind == CLAUDE_CODE else CodexParent
         return config, lambda: parent_class(config)
 
 
@@ -270,7 +275,7 @@ class HostConfig:
         """A factory of the configured parent agent (`ScriptedParent`, `ClaudeCodeParent`,
         `CodexParent`); a CLI that cannot be found is a `ConfigError` naming `parent.binary`."""
         entry = self.parent
-        if entry.kind == "scripted":
+        if entry.kind == SCRIPTED:
             return ScriptedParent
         config, factory = entry.cli_parent()
         if shutil.which(config.binary) is None:
@@ -562,7 +567,7 @@ class _Reader:
         table = self.table(value, path, known)
         timeout = self.get(table, path, "tool_timeout", (int, float), check=_positive)
         return ParentEntry(
-            kind=self.get(table, path, "kind", str, "scripted", check=_one_of(PARENT_KINDS)),
+            kind=self.get(table, path, "kind", str, SCRIPTED, check=_parent_kind),
             model_endpoint=self.get(table, path, "model_endpoint", str, check=_http_url),
             model=self.get(table, path, "model", str, check=_nonempty),
             args=self.strings(table, path, "args"),
@@ -711,6 +716,14 @@ def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
         return None if value in choices else f"must be one of {', '.join(choices)}"
 
     return check
+
+
+def _parent_kind(value: str) -> str | None:
+    try:
+        parent_kind(value)
+    except ValueError:
+        return f"must be one of {parent_kinds_text()}"
+    return None
 
 
 def _http_url(value: str) -> str | None:

@@ -3,6 +3,10 @@
 The scripted parent (no model), and the Claude Code and Codex CLIs run as a run's parent: their
 output parsers are sans-IO (`ClaudeStreamParser`, `CodexJsonlParser`), the process they run in is
 driven by one module (`adapters.parents._process`) for both.
+
+The kinds a host names them by (`[parent] kind`, `--parent`) are declared here only
+(`PARENT_KINDS`, canonical `scripted`, `claude-code`, `codex`; `claude` is accepted as an alias
+of `claude-code`): read a kind with `parent_kind`.
 """
 
 from adapters.parents._agent import ParentAgent
@@ -17,6 +21,17 @@ from adapters.parents._codex import (
     CodexJsonlParser,
     CodexParent,
     codex_command,
+)
+from adapters.parents._kinds import (
+    CLAUDE_CODE,
+    CLI_PARENT_KINDS,
+    CODEX,
+    PARENT_KIND_ALIASES,
+    PARENT_KIND_NAMES,
+    PARENT_KINDS,
+    SCRIPTED,
+    parent_kind,
+    parent_kinds_text,
 )
 from adapters.parents._process import (
     TOKEN_ENV,
@@ -36,7 +51,14 @@ from adapters.parents._scripted import (
 )
 
 __all__ = [
+    "CLAUDE_CODE",
+    "CLI_PARENT_KINDS",
+    "CODEX",
     "DEFAULT_SCRIPT",
+    "PARENT_KINDS",
+    "PARENT_KIND_ALIASES",
+    "PARENT_KIND_NAMES",
+    "SCRIPTED",
     "TOKEN_ENV",
     "Answer",
     "ClaudeCodeConfig",
@@ -57,4 +79,6 @@ __all__ = [
     "Verdict",
     "claude_command",
     "codex_command",
+    "parent_kind",
+    "parent_kinds_text",
 ]

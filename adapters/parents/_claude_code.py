@@ -38,6 +38,7 @@ from typing import Any, Final
 
 import attrs
 
+from adapters.parents._kinds import CLAUDE_CODE
 from adapters.parents._process import (
     TOKEN_ENV,
     CliConfig,
@@ -581,7 +582,7 @@ class ClaudeCodeParent(CliParent):
     run. Returns a `ParentOutcome`; raises `ParentProcessError` when the CLI failed.
     """
 
-    name = "claude-code"
+    name = CLAUDE_CODE
 
     label = "Claude Code"
     config: ClaudeCodeConfig

@@ -42,6 +42,7 @@ from typing import Any, Final
 
 import attrs
 
+from adapters.parents._kinds import CODEX
 from adapters.parents._process import (
     TOKEN_ENV,
     CliConfig,
@@ -398,7 +399,7 @@ class CodexParent(CliParent):
     """Runs `codex exec --json` as the parent of one run; `run(run, prompt)` returns when it
     ended. The run ends with the CLI, as for `ClaudeCodeParent`."""
 
-    name = "codex"
+    name = CODEX
 
     label = "Codex"
     config: CodexConfig

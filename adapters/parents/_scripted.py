@@ -23,6 +23,7 @@ import attrs
 import trio
 
 from adapters.mcp import connect
+from adapters.parents._kinds import SCRIPTED
 from engine import Kind, Run
 
 __all__ = ["DEFAULT_SCRIPT", "Answer", "Delegate", "Say", "ScriptedParent", "Think"]
@@ -78,7 +79,7 @@ DEFAULT_SCRIPT: tuple[Step, ...] = (
 class ScriptedParent:
     """Runs a script as the parent of one run. `run(run, prompt)` returns when the script ends."""
 
-    def __init__(self, script: Sequence[Step] = DEFAULT_SCRIPT, *, name: str = "scripted") -> None:
+    def __init__(self, script: Sequence[Step] = DEFAULT_SCRIPT, *, name: str = SCRIPTED) -> None:
         self.script = tuple(script)
         self.name = name
 

@@ -251,7 +251,10 @@ def test_a_claude_parent_is_the_configured_cli(tmp_path: Path) -> None:
         ),
         (
             DemoOptions(model="m", binary_dir="/b"),
-            ["--model, --binary-dir: only for --parent claude|codex or --remote codex|claude"],
+            [
+                "--model, --binary-dir: only for --parent claude-code|codex "
+                "or --remote claude-code|codex"
+            ],
         ),
     ],
 )
