@@ -2,7 +2,9 @@
 
 Whatever the engine shows (events, results, errors, log lines) may carry text a remote agent, a
 parent agent or a host gave it. This module owns the two rules that text passes where it enters
-the engine, and decides nothing else about it.
+the engine, and decides nothing else about it. It is the checkout's one redactor: the adapters
+only say which values are secret (a remote's credential, a CLI parent's run token and model key,
+the MCP sessions' ids in the MCP SDK's log lines) and redact them with `Redactor`.
 
 Secrets. `Redactor` holds the credential values a host configured (`AgentSpec.secrets`) and
 replaces each occurrence with `[REDACTED]`, in strings and recursively in JSON-like values and

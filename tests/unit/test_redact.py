@@ -188,3 +188,23 @@ def test_the_registry_warns_about_a_credential_too_short_to_be_safe(
     assert len(warnings) == 1
     assert "'short'" in warnings[0] and "4 characters" in warnings[0]
     assert "pin9" not in warnings[0]  # never the value itself
+
+
+# -- the one redactor ------------------------------------------------------------------------
+
+
+def test_the_mcp_sdks_log_lines_lose_session_ids_to_the_one_redactor() -> None:
+    """The MCP endpoint knows which words are session ids (their shape); it redacts them as
+    every secret is redacted, with `Redactor`."""
+    from adapters.mcp._endpoint import _SessionIdFilter
+
+    session = "0123456789abcdef0123456789abcdef"
+    record = logging.LogRecord(
+        "mcp.server.streamable_http", logging.INFO, __file__, 1, "Terminating %s (%s)",
+        (session, "x" + session), None,
+    )  # fmt: skip
+    assert _SessionIdFilter().filter(record)
+    # Found by its shape where it stands alone, then redacted wherever it is, as a secret is.
+    assert record.getMessage() == f"Terminating {REDACTED} (x{REDACTED})"
+    plain = logging.LogRecord("mcp", logging.INFO, __file__, 1, "no ids: %s", ("abc",), None)
+    assert _SessionIdFilter().filter(plain) and plain.args == ("abc",)
