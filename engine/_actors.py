@@ -205,8 +205,8 @@ class Engine:
                     nursery.start_soon(prepare, key, target, name=f"prepare {key}")
         if deadline.cancelled_caught:
             log.warning(
-                "some agents were not ready within %g s; they are prepared again before their "
-                "first delegation",
+                "some agents were not ready within %g s; they are prepared again before each "
+                "delegation",
                 self.limits.prepare_timeout,
             )
         if refused:
