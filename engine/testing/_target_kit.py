@@ -180,8 +180,8 @@ async def check_start_and_stream(
             return f"the harness has no {Scenario.FINISH!r} remote"
         await kit.prepare()
         session = kit.open()
-        for name in ("card_fingerprint", "agent_name"):
-            value = getattr(session, name)
+        declared = {"card_fingerprint": session.card_fingerprint, "agent_name": session.agent_name}
+        for name, value in declared.items():
             kit.require(value is None or isinstance(value, str), f"{name} is {value!r}")
         await kit.call("start", session.start)
         kit.require(isinstance(session.streaming, bool), f"streaming is {session.streaming!r}")
