@@ -19,6 +19,7 @@ import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from adapters._asyncgens import closing_abandoned_generators
 from engine import RunEndpoint
 
 __all__ = ["EndpointRefused", "connect"]
@@ -72,6 +73,9 @@ async def connect(
     sent = dict(endpoint.headers if headers is None else headers)
     try:
         async with (
+            # Last to exit: what the transport's tasks leave of httpx2's SSE readers is closed
+            # once they have ended, not left to the garbage collector.
+            closing_abandoned_generators(),
             httpx2.AsyncClient(
                 headers=sent,
                 timeout=httpx2.Timeout(30.0, read=read_timeout),

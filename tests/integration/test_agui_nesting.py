@@ -49,12 +49,6 @@ from tests.helpers.runs import journal_so_far
 from web.config import parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
-
 VERIFY_DIR = Path(__file__).resolve().parents[1] / "agui_verify"
 PARENT_CALL = "toolu_outer"
 

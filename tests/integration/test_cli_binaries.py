@@ -35,12 +35,6 @@ from engine import AgentSpec, Engine, Kind, Run, RunEndpoint, Status
 from tests.helpers import REPO_ROOT
 from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
-
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "cli"
 UPDATE_FIXTURES = os.environ.get("SUBAGENT_ENGINE_UPDATE_CLI_FIXTURES") == "1"
 CLI_TIMEOUT = 60.0

@@ -29,11 +29,6 @@ from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 from web.config import ConfigError, parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
-
 KINDS = {"claude": "claude-code", "codex": "codex"}
 OBJECTIVE = "How do Trio nurseries cancel children?"
 

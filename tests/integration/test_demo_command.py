@@ -252,9 +252,6 @@ def test_parent_claude_without_the_cli_on_path_exits_2(tmp_path: Path) -> None:
     assert "--model-endpoint URL" in done.stderr  # and what else is missing
 
 
-@pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-)
 def test_claude_parent_with_a_codex_remote_over_a2a(
     tmp_path: Path, cli_bin: Path, model: ScriptedModel
 ) -> None:

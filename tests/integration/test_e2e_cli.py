@@ -48,11 +48,6 @@ from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel, Serve
 from web.config import HostConfig, parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
-
 KINDS = {"claude": "claude-code", "codex": "codex"}
 OTHER = {"claude": "codex", "codex": "claude"}
 #: What the served CLI streams before its own tool call (the scripted model's default SAY for

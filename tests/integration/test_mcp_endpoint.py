@@ -44,14 +44,6 @@ from tests.helpers.mcp import (
 from tests.helpers.runs import OBJECTIVE
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a
 
-# The mcp client (not the endpoint) leaves httpx2's SSE generators to the garbage collector when
-# a session closes; that is the client library's business, not something these tests check.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
-
 
 async def wait_for_kind(run: Run, kind: str, count: int = 1) -> list[Any]:
     """Read the run's journal until `count` events of `kind` are there (bounded by the caller)."""

@@ -23,12 +23,6 @@ from tests.helpers.mcp import call_args, journal_events, mcp_session, open_endpo
 from tests.helpers.runs import OBJECTIVE
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, task_frame
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
-
 REFUSED_CALLS = [
     pytest.param(
         call_args("remote", endpoint_url="http://evil.test"), ErrorCode.INVALID_INPUT, id="url"

@@ -17,21 +17,12 @@ from __future__ import annotations
 from contextlib import AsyncExitStack
 from typing import Any
 
-import pytest
 import trio
 
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.mcp import DelegationEndpoint
 from engine import AgentSpec, Engine, EngineLimits, Kind, Run, Status
 from tests.helpers.mcp import mcp_session
-
-# The mcp client (not the endpoint) leaves httpx2's SSE generators to the garbage collector when
-# a session closes; that is the client library's business, not something these tests check.
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
 
 #: Runs open at once (each with its own session and one call in flight).
 RUNS = 200

@@ -9,12 +9,6 @@ from adapters.parents import Answer, Delegate, Say, ScriptedParent
 from demo import demo_agents
 from engine import Engine, Kind, Status
 
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
-)
-
 
 async def test_default_script_delegates_twice_over_mcp_and_answers() -> None:
     async with (

@@ -18,6 +18,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
+from adapters._asyncgens import closing_abandoned_generators
 from adapters.agui import check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
@@ -311,7 +312,13 @@ async def test_closing_the_agui_post_stream_cancels_the_run() -> None:
 async def test_bad_requests_get_json_errors(
     method: str, path: str, body: bytes | None, status: int, error: str
 ) -> None:
-    async with server() as (base, host), httpx.AsyncClient(timeout=30) as http:
+    # httpx stops sending a body the server refused before reading it, and leaves the body's
+    # generator suspended: closed here rather than by the garbage collector.
+    async with (
+        server() as (base, host),
+        closing_abandoned_generators(),
+        httpx.AsyncClient(timeout=30) as http,
+    ):
         response = await http.request(
             method, f"{base}{path}", content=body, headers={"content-type": "application/json"}
         )

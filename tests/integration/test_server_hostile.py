@@ -40,11 +40,6 @@ from web.server import (
 )
 
 pytestmark = pytest.mark.filterwarnings(
-    # The scripted parent's MCP client (httpx2) leaves its streams to the collector when its
-    # run is stopped; that is the client's, not the server under test.
-    "ignore:Exception ignored in.*httpx2:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*EventSource:pytest.PytestUnraisableExceptionWarning",
-    "ignore:Exception ignored in.*aiter:pytest.PytestUnraisableExceptionWarning",
     # trio-websocket leaves its socket to the collector when a handshake is rejected.
     "ignore:Exception ignored in.*socket.socket:pytest.PytestUnraisableExceptionWarning",
 )

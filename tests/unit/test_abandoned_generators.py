@@ -2,11 +2,13 @@
 
 The stack stands for an SDK's stream: each layer iterates the one beneath without closing it, as
 the a2a-sdk client's layers do. Each test checks that the innermost layer's cleanup ran before the
-block ended, which is what keeps it from the garbage collector (and its `ResourceWarning`).
+block ended, which is what keeps it from the garbage collector (and its `ResourceWarning`), and
+that a generator some running task may still iterate is left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator
 
 import pytest
@@ -109,7 +111,22 @@ async def test_a_close_that_hangs_is_given_up_after_the_bound(
     assert trio.current_time() - start == pytest.approx(CLOSE_TIMEOUT)
 
 
-async def test_another_tasks_generators_are_left_alone() -> None:
+async def test_what_a_task_started_inside_the_block_left_is_closed_once_it_ended() -> None:
+    closed: list[str] = []
+
+    async def reader() -> None:
+        with contextlib.suppress(Unreadable):
+            async for _ in stack(closed, raise_at=1):
+                pass
+
+    async with closing_abandoned_generators():
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(reader)
+        assert closed == []
+    assert closed == ["source"]
+
+
+async def test_a_running_tasks_generators_are_left_alone() -> None:
     closed: list[str] = []
     started = trio.Event()
     release = trio.Event()
