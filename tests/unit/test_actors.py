@@ -22,8 +22,8 @@ from engine import (
     TargetCapabilities,
     open_run,
 )
-from tests.fakes import ScriptedTarget, delta, finished, journal_kinds, started, status
 from tests.helpers.agents import spec
+from tests.helpers.fakes import ScriptedTarget, delta, finished, journal_kinds, started, status
 
 
 def request(agent: str = "remote", **fields: object) -> DelegationRequest:

@@ -1,4 +1,4 @@
-"""The CLI parents driving a fake CLI process (`tests/fakes_cli.py`) through a real run.
+"""The CLI parents driving a fake CLI process (`tests/helpers/fakes_cli.py`) through a real run.
 
 What is checked here is the process side (`adapters.parents._process`) with both adapters'
 command lines: what the CLI is started with (no credential on the command line), its output
@@ -48,7 +48,7 @@ from engine import (
     RunEndpoint,
     Status,
 )
-from tests.fakes_cli import CLAUDE_SIGINT, CODEX_SIGINT, read_log, write_fake_cli
+from tests.helpers.fakes_cli import CLAUDE_SIGINT, CODEX_SIGINT, read_log, write_fake_cli
 
 TOOL = "mcp__subagents__delegate_to_agent"
 

@@ -23,8 +23,8 @@ from engine import (
     Status,
 )
 from engine.testing import check_journal_store
-from tests.fakes import ScriptedTarget, delta, finished, started
 from tests.helpers.agents import spec
+from tests.helpers.fakes import ScriptedTarget, delta, finished, started
 
 
 class RecordingStore:

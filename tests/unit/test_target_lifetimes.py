@@ -26,7 +26,7 @@ from engine import (
     TargetPrepareError,
 )
 from engine._actors import RUN_CLOSE_TIMEOUT
-from tests.fakes import ScriptedTarget, finished, started
+from tests.helpers.fakes import ScriptedTarget, finished, started
 
 
 @attrs.define

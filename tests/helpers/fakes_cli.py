@@ -1,6 +1,6 @@
 """A fake agent CLI for the CLI-parent tests (tests only): plays a JSON script, logs what it saw.
 
-    python tests/fakes_cli.py --script SCRIPT.json --log LOG.jsonl [the CLI's own arguments...]
+    python -m tests.helpers.fakes_cli --script SCRIPT.json --log LOG.jsonl [the CLI's arguments...]
 
 `write_fake_cli(folder, script)` writes the script and an executable wrapper (`fake-cli`) that a
 `ClaudeCodeConfig` / `CodexConfig` takes as its `binary`; the wrapper passes the adapter's
@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 TOKEN_ENV = "SUBAGENT_ENGINE_MCP_TOKEN"
 
 CLAUDE_SIGINT = {
@@ -69,7 +69,8 @@ def write_fake_cli(folder: Path, script: dict[str, Any], name: str = "fake-cli")
     wrapper = folder / name
     command = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        "-m",  # not the file: its folder first on sys.path could shadow installed packages
+        "tests.helpers.fakes_cli",
         "--script",
         str(script_path),
         "--log",
