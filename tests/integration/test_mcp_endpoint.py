@@ -33,7 +33,7 @@ from engine import (
     to_json,
 )
 from tests.helpers.agents import a2a_agent, local_agent
-from tests.helpers.mcp import (
+from tests.helpers.mcp_endpoint import (
     RawMCP,
     call_args,
     journal_events,

@@ -19,7 +19,7 @@ import trio
 from adapters.a2a import A2AAgentConfig, A2ATarget
 from engine import AgentSpec, ErrorCode, Kind, Status
 from tests.helpers.agents import a2a_agent, local_agent
-from tests.helpers.mcp import call_args, journal_events, mcp_session, open_endpoint_run
+from tests.helpers.mcp_endpoint import call_args, journal_events, mcp_session, open_endpoint_run
 from tests.helpers.runs import OBJECTIVE
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, task_frame
 

@@ -22,7 +22,7 @@ import trio
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.mcp import DelegationEndpoint
 from engine import AgentSpec, Engine, EngineLimits, Kind, Run, Status
-from tests.helpers.mcp import mcp_session
+from tests.helpers.mcp_endpoint import mcp_session
 
 #: Runs open at once (each with its own session and one call in flight).
 RUNS = 200

@@ -32,7 +32,7 @@ from mcp.shared._context_streams import ContextSendStream
 from adapters.inprocess import LocalTask
 from engine import Kind, Run, Status
 from tests.helpers.agents import local_agent
-from tests.helpers.mcp import RawMCP, call_args, open_endpoint_run
+from tests.helpers.mcp_endpoint import RawMCP, call_args, open_endpoint_run
 
 ITERATIONS = 50
 CANCEL = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 7}}

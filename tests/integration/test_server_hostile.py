@@ -27,7 +27,7 @@ from adapters.agui import check_frames, parse_sse
 from adapters.parents import ScriptedParent
 from demo import demo_agents
 from engine import Engine, EngineLimits, Run
-from tests.helpers.mcp import INITIALIZE, PROTOCOL_VERSION
+from tests.helpers.mcp_endpoint import INITIALIZE, PROTOCOL_VERSION
 from web.config import parse_config
 from web.server import (
     WS_MESSAGE_BURST,
