@@ -41,12 +41,7 @@ def normalise(name: str) -> str:
 
 def declared(requirements: Iterable[str]) -> set[str]:
     """The distribution names of PEP 508 requirement strings (extras and versions dropped)."""
-    names = set()
-    for requirement in requirements:
-        match = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-        assert match, requirement
-        names.add(normalise(match.group(1)))
-    return names
+    return {normalise(Requirement(requirement).name) for requirement in requirements}
 
 
 def python_files(folder: Path, skip: Collection[Path]) -> list[Path]:
