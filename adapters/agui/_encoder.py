@@ -193,7 +193,8 @@ class SharedEncoding:
     def get(self, mode: str, event: DelegationEvent) -> bytes | None:
         if self.viewers < 2:  # one viewer (the usual case) gains nothing from keeping bytes
             return None
-        piece = self._pieces.get(mode, {}).get(id(event))
+        pieces = self._pieces.get(mode)
+        piece = pieces.get(id(event)) if pieces is not None else None
         if piece is not None and piece[0] is event:
             self.hits += 1
             return piece[1]
@@ -454,15 +455,30 @@ class AguiStreamEncoder:
     def _fast_delta(self, event: DelegationEvent) -> bytes | None:
         """The JSON of a text delta into an already open message (`_fast_target`), shared
         with the run's other viewers when there is a `SharedEncoding`."""
-        target = self._fast_target(event)
-        if target is None:
-            return None
+        # `_fast_target`, its remembered case inlined (as in `frames_batch`): every delta of
+        # every viewer comes here.
+        try:
+            known = self._fast_known.get(
+                (event.kind, event.delegation_id, event.nested_id, event.message_id)
+            )
+        except TypeError:  # an unhashable id: `_fast_target` refuses it
+            known = None
+        if known is not None:
+            delta = event.delta if event.delta is not None else event.text
+            if type(delta) is not str or not delta:
+                return None
+            wire_id, tag = known
+        else:
+            target = self._fast_target(event)
+            if target is None:
+                return None
+            wire_id, tag, delta = target
         shared = self.shared
         if shared is None or shared.viewers < 2:  # nothing is shared (`SharedEncoding.get`)
-            return _content_json(target[0], target[1], target[2])
+            return _content_json(wire_id, tag, delta)
         data = shared.get(self.mode, event)
         if data is None:
-            data = _content_json(target[0], target[1], target[2])
+            data = _content_json(wire_id, tag, delta)
             shared.put(self.mode, event, data)
         return data
 
