@@ -19,7 +19,7 @@ import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 from adapters._asyncgens import closing_abandoned_generators
-from adapters.agui import check_frames, parse_sse
+from adapters.agui import MODES, check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
 from demo import demo_agents
@@ -403,10 +403,7 @@ async def test_every_visibility_mode_streams_a_valid_agui_run() -> None:
     async with server() as (base, _), httpx.AsyncClient(timeout=30) as http:
         started = (await http.post(f"{base}/runs", json=RUN_INPUT)).json()
         url = f"{base}{started['events_url']}?token={started['viewer_token']}"
-        streams = {
-            mode: await read_stream(http, f"{url}&mode={mode}")
-            for mode in ("attributed", "custom", "inline", "hidden")
-        }
+        streams = {mode: await read_stream(http, f"{url}&mode={mode}") for mode in MODES}
     subagent_types = {"SUBAGENT_STARTED", "SUBAGENT_FINISHED", "SUBAGENT_ERROR"}
     custom_names = [d["name"] for _, d in streams["custom"] if d["type"] == "CUSTOM"]
     assert custom_names.count("subagent.started") == 2
