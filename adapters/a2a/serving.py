@@ -26,10 +26,8 @@ header, JSON bodies only. A body is read before the SDK sees it: at most `MAX_BO
 as soon as it passes that) and one JSON document within `parse_json_body`'s rules (400), since
 the SDK reads bodies whole and answers a deeply nested one as an internal error.
 
-Sockets. The listening socket is made with `IPPROTO_TCP`, so asyncio sets `TCP_NODELAY` on every
-connection it accepts: uvicorn writes a response's head and body separately, and with Nagle's
-algorithm on, the body waited for the client's delayed ACK of the head (about 40 ms per response
-on a kept-alive connection).
+Sockets. uvicorn serves it on `adapters.listener.listening_socket` (`serve_on_uvicorn`), made
+with `IPPROTO_TCP` so that no response waits for the client's delayed ACK (see there).
 
 Threads. The SDK server runs on asyncio (its server stack does not run under Trio); the engine and
 the parent adapters run on Trio. Each A2A task gets its own worker thread running `trio.run`: an
@@ -66,8 +64,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, MutableMapping, Sequence
@@ -105,9 +101,11 @@ from adapters.listener import (
     RequestGuard,
     header_values,
     is_ip_literal,
+    listening_socket,
     parse_json_body,
     require_bearer,
     send_refusal,
+    serve_on_uvicorn,
 )
 from engine import DelegationEvent, Engine, Run
 
@@ -820,25 +818,6 @@ def build_app(
     return guarded, card
 
 
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A TCP socket bound to (`host`, `port`), for uvicorn to listen on.
-
-    Made with `IPPROTO_TCP` rather than protocol 0: asyncio turns Nagle's algorithm off
-    (`TCP_NODELAY`) on the connections it accepts only when the socket says it is TCP, and
-    uvicorn writes a response's head and its body in two writes. With Nagle on, the body waits
-    until the head is acknowledged (RFC 896), and the client delays that ACK (RFC 1122 section
-    4.2.3.2): about 40 ms on every response of a kept-alive connection."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
 async def serve(options: ServedParent, out: TextIO) -> None:
     """Listen, print `READY <port>` and the card URL, serve until stopped."""
     import uvicorn
@@ -860,31 +839,9 @@ async def serve(options: ServedParent, out: TextIO) -> None:
             lifespan="on",
             timeout_graceful_shutdown=1,
         )
-        server = uvicorn.Server(config)
-        serving = asyncio.create_task(server.serve(sockets=[sock]))
-        while not server.started:
-            if serving.done():
-                await serving  # startup failed: raise its error
-                raise SystemExit("the server exited before it started")
-            await asyncio.sleep(0.01)
-        if options.watch_stdin:
-            _exit_when_stdin_closes(server)
-        out.write(f"READY {port}\ncard: {base_url}{CARD_PATH}\n")
-        out.flush()
-        await serving
 
+        def announce() -> None:
+            out.write(f"READY {port}\ncard: {base_url}{CARD_PATH}\n")
+            out.flush()
 
-def _exit_when_stdin_closes(server: Any) -> None:
-    loop = asyncio.get_running_loop()
-
-    def watch() -> None:
-        # The raw descriptor, not sys.stdin: a daemon thread parked in a buffered read holds
-        # the buffer's lock, and the interpreter aborts when it finalizes ("could not acquire
-        # lock for <stdin>") if the process stops for another reason (SIGTERM).
-        with contextlib.suppress(OSError):
-            while os.read(0, 4096):
-                pass
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(setattr, server, "should_exit", True)
-
-    threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
+        await serve_on_uvicorn(config, sock, ready=announce, watch_stdin=options.watch_stdin)

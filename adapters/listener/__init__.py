@@ -9,6 +9,8 @@
 - `_serve`: `serve_listener`, Hypercorn's Trio worker with each connection's failure kept to
   that connection, shielded closes, a deadline on sends, bounded connections and an accept loop
   that degrades quietly when descriptors run out (`ListenerLimits`).
+- `_uvicorn`: an asyncio ASGI app served on uvicorn from a child process (`listening_socket`,
+  `serve_on_uvicorn`): no Nagle delay, `READY` once it listens, stopped when stdin closes.
 
 The bundled server, the MCP endpoint and `a2a-serve` (whose uvicorn runs the same guard) listen
 through this package, so a rule fixed here is fixed on every listener.
@@ -32,6 +34,7 @@ from adapters.listener._rules import (
     require_bearer,
 )
 from adapters.listener._serve import ListenerLimits, serve_listener
+from adapters.listener._uvicorn import listening_socket, serve_on_uvicorn
 
 __all__ = [
     "BODY_METHODS",
@@ -49,9 +52,11 @@ __all__ = [
     "is_ip_literal",
     "is_json_media_type",
     "is_loopback",
+    "listening_socket",
     "parse_cursor",
     "parse_json_body",
     "require_bearer",
     "send_refusal",
     "serve_listener",
+    "serve_on_uvicorn",
 ]

@@ -98,9 +98,7 @@ import asyncio
 import contextlib
 import json
 import logging
-import socket
 import sys
-import threading
 import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
@@ -150,6 +148,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as ASGIMessage
+
+from adapters.listener import listening_socket, serve_on_uvicorn
+from tools.peers.children import announce_ready
 
 AUTH_TOKEN = "test-token"
 CARD_SUFFIX = "/.well-known/agent-card.json"
@@ -760,9 +761,7 @@ def build_app(base_url: str) -> ASGIApp:
 
 
 async def serve(host: str, port: int, *, watch_stdin: bool = False) -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock = listening_socket(host, port)
     bound_port = sock.getsockname()[1]
     app = build_app(f"http://{host}:{bound_port}")
     config = uvicorn.Config(
@@ -774,31 +773,10 @@ async def serve(host: str, port: int, *, watch_stdin: bool = False) -> None:
         lifespan="on",
         timeout_graceful_shutdown=1,  # only hung CancelTask requests are left by then
     )
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if serving.done():
-            await serving  # startup failed: raise its error
-            raise SystemExit("uvicorn exited before it started")
-        await asyncio.sleep(0.01)
-    if watch_stdin:
-        _exit_when_stdin_closes(server)
-    sys.stdout.write(f"READY {bound_port}\n")
-    sys.stdout.flush()
-    await serving
-
-
-def _exit_when_stdin_closes(server: uvicorn.Server) -> None:
-    """Shut down when stdin reaches EOF: the parent died or closed its end of the pipe."""
-    loop = asyncio.get_running_loop()
-
-    def watch() -> None:
-        with contextlib.suppress(OSError, ValueError):
-            while sys.stdin.buffer.read(4096):
-                pass
-        loop.call_soon_threadsafe(setattr, server, "should_exit", True)
-
-    threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
+    with sock:
+        await serve_on_uvicorn(
+            config, sock, ready=announce_ready(bound_port), watch_stdin=watch_stdin
+        )
 
 
 class _QuietShutdown(logging.Filter):

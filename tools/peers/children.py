@@ -2,7 +2,8 @@
 
 A child prints `READY <port>` as its first stdout line once it listens, exits when its stdin
 closes, and runs in its own process group (`start_new_session=True`) so stopping it signals
-everything it started. This module reads that line and stops such a child; callers start it.
+everything it started. This module reads that line and stops such a child (the parent's side;
+callers start it), and writes the line (`announce_ready`, the child's side).
 """
 
 from __future__ import annotations
@@ -13,9 +14,19 @@ import selectors
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import suppress
 
-__all__ = ["read_ready_port", "stop_process_group"]
+__all__ = ["announce_ready", "read_ready_port", "stop_process_group"]
+
+
+def announce_ready(port: int) -> Callable[[], None]:
+    """What a child calls once it listens on `port`: its `READY <port>` line, flushed."""
+
+    def announce() -> None:
+        print(f"READY {port}", flush=True)
+
+    return announce
 
 
 def read_ready_port(proc: subprocess.Popen[bytes], timeout: float) -> int:

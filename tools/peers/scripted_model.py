@@ -55,14 +55,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import logging
 import re
 import secrets
-import socket
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -73,6 +70,9 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from adapters.listener import listening_socket, serve_on_uvicorn
+from tools.peers.children import announce_ready
 
 log = logging.getLogger("scripted_model")
 
@@ -650,33 +650,15 @@ def _anthropic_error(kind: str, message: str) -> dict[str, Any]:
 
 
 async def serve(host: str, port: int, *, watch_stdin: bool = False) -> None:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    sock = listening_socket(host, port)
     bound_port = sock.getsockname()[1]
     config = uvicorn.Config(
         build_app(), log_config=None, access_log=False, http="h11", ws="none", lifespan="off"
     )
-    server = uvicorn.Server(config)
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    while not server.started:
-        if serving.done():
-            await serving
-            raise SystemExit("uvicorn exited before it started")
-        await asyncio.sleep(0.01)
-    if watch_stdin:
-        loop = asyncio.get_running_loop()
-
-        def watch() -> None:
-            with contextlib.suppress(OSError, ValueError):
-                while sys.stdin.buffer.read(4096):
-                    pass
-            loop.call_soon_threadsafe(setattr, server, "should_exit", True)
-
-        threading.Thread(target=watch, name="stdin-watch", daemon=True).start()
-    sys.stdout.write(f"READY {bound_port}\n")
-    sys.stdout.flush()
-    await serving
+    with sock:
+        await serve_on_uvicorn(
+            config, sock, ready=announce_ready(bound_port), watch_stdin=watch_stdin
+        )
 
 
 def main(argv: list[str] | None = None) -> None:
