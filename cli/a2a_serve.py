@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
-from adapters.a2a.serving import ServedParent, serve
+from adapters.a2a.serving import Listening, ServedParent, serve
 from adapters.listener import is_loopback
 from adapters.parents import (
     CLAUDE_CODE,
@@ -64,15 +64,9 @@ class A2AServeOptions:
     script: str = "reply"
     #: The CLI binary (a path or a name on PATH); None: the adapter's default.
     binary: str | None = None
-    host: str = "127.0.0.1"
-    port: int = 0
-    #: The base URL the card advertises (behind a proxy); None: http://<host>:<bound port>.
-    public_url: str | None = None
     cancel_grace: float = 4.0
-    watch_stdin: bool = False
-    #: With a token, every request but the card's and /healthz needs `Authorization: Bearer
-    #: <token>` (the card says so); without, anyone who reaches the port may run the parent.
-    token: str | None = attrs.field(default=None, repr=False)
+    #: Where it listens and who may call (`[server] allowed_hosts` is added from `config`).
+    listening: Listening = attrs.field(factory=lambda: Listening())
 
     @property
     def agent_name(self) -> str:
@@ -98,13 +92,11 @@ class A2AServeOptions:
             make_parent=parent_factory(self),
             open_engine=partial(open_engine, self),
             skills=self.skills,
-            host=self.host,
-            port=self.port,
-            public_url=self.public_url,
             cancel_grace=self.cancel_grace,
-            watch_stdin=self.watch_stdin,
-            token=self.token,
-            allowed_hosts=tuple(self.config.server.allowed_hosts),
+            listening=attrs.evolve(
+                self.listening,
+                allowed_hosts=(*self.listening.allowed_hosts, *self.config.server.allowed_hosts),
+            ),
         )
 
     @property
@@ -188,12 +180,14 @@ def a2a_serve_main(
             skills=tuple(_skill(text) for text in skills),
             script=script,
             binary=binary,
-            host=host,
-            port=port if port is not None else 0,
-            public_url=public_url,
             cancel_grace=cancel_grace,
-            watch_stdin=watch_stdin,
-            token=token,
+            listening=Listening(
+                host=host,
+                port=port if port is not None else 0,
+                public_url=public_url,
+                watch_stdin=watch_stdin,
+                token=token,
+            ),
         )
         if options.script not in SCRIPTS:
             raise ValueError(f"unknown script {options.script!r}; use one of {tuple(SCRIPTS)}")

@@ -118,6 +118,7 @@ __all__ = [
     "MAX_BODY_BYTES",
     "ParentAgentExecutor",
     "ParentRunThread",
+    "Listening",
     "ServedParent",
     "agent_card",
     "build_app",
@@ -142,8 +143,8 @@ THREAD_PREFIX: Final = "a2a-serve-task"
 
 @attrs.frozen(kw_only=True)
 class ServedParent:
-    """The agent `serve` exposes: its card's words, how to make its parent and engine, where it
-    listens and who may call it."""
+    """The agent `serve` exposes: its card's words, how to make its parent and engine, and
+    where it listens (`listening`)."""
 
     #: The card's name and description.
     name: str
@@ -158,11 +159,20 @@ class ServedParent:
     open_engine: Callable[[], AbstractAsyncContextManager[Engine]]
     #: (name, description) per advertised skill; none: one skill named after the agent.
     skills: tuple[tuple[str, str], ...] = ()
+    #: How long CancelTask waits for the parent to stop before it answers `canceled`.
+    cancel_grace: float = 4.0
+    listening: Listening = attrs.field(factory=lambda: Listening())
+
+
+@attrs.frozen(kw_only=True)
+class Listening:
+    """Where the served agent listens and who may call it."""
+
     host: str = "127.0.0.1"
     port: int = 0
     #: The base URL the card advertises (behind a proxy); None: http://<host>:<bound port>.
     public_url: str | None = None
-    cancel_grace: float = 4.0
+    #: Stop when stdin reaches end of file (a child process whose parent went away).
     watch_stdin: bool = False
     #: With a token, every request but the card's and /healthz needs `Authorization: Bearer
     #: <token>` (the card says so); without, anyone who reaches the port may run the parent.
@@ -211,7 +221,7 @@ def agent_card(options: ServedParent, base_url: str) -> AgentCard:
             for index, (name, description) in enumerate(skills)
         ],
     )
-    if options.token is not None:
+    if options.listening.token is not None:
         card.security_schemes["bearer"].CopyFrom(
             SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="Bearer"))
         )
@@ -809,11 +819,14 @@ def build_app(
             await asyncio.wait_for(handler.aclose(), timeout=1.0)
 
     app: Any = _BoundedJsonBody(Starlette(routes=routes, lifespan=lifespan))
-    if options.token is not None:
-        app = _BearerAuth(app, options.token)
+    if options.listening.token is not None:
+        app = _BearerAuth(app, options.listening.token)
     # Outermost: refused for its headers before a token is compared or a body byte is read.
     guarded = RequestGuard(
-        app, allowed_hosts=options.hosts_for(base_url), allowed_origins=(), websockets=False
+        app,
+        allowed_hosts=options.listening.hosts_for(base_url),
+        allowed_origins=(),
+        websockets=False,
     )
     return guarded, card
 
@@ -822,11 +835,12 @@ async def serve(options: ServedParent, out: TextIO) -> None:
     """Listen, print `READY <port>` and the card URL, serve until stopped."""
     import uvicorn
 
-    sock = listening_socket(options.host, options.port)
+    where = options.listening
+    sock = listening_socket(where.host, where.port)
     with sock:  # closed even when serving is cancelled (uvicorn closes it only on shutdown)
         port = sock.getsockname()[1]
-        host = f"[{options.host}]" if ":" in options.host else options.host
-        base_url = (options.public_url or f"http://{host}:{port}").rstrip("/")
+        host = f"[{where.host}]" if ":" in where.host else where.host
+        base_url = (where.public_url or f"http://{host}:{port}").rstrip("/")
         executor = ParentAgentExecutor(options)
         app, _ = build_app(options, base_url, executor)
         quiet_sdk_refusals()
@@ -844,4 +858,4 @@ async def serve(options: ServedParent, out: TextIO) -> None:
             out.write(f"READY {port}\ncard: {base_url}{CARD_PATH}\n")
             out.flush()
 
-        await serve_on_uvicorn(config, sock, ready=announce, watch_stdin=options.watch_stdin)
+        await serve_on_uvicorn(config, sock, ready=announce, watch_stdin=where.watch_stdin)
