@@ -3,6 +3,7 @@ agent CLIs (tests/cli_agents) and the scripted model they talk to."""
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,15 @@ from tests.helpers import REPO_ROOT
 from tests.helpers.node_packages import ensure_npm_packages
 from tests.helpers.peers import A2A_JS_DIR, CLI_DIR, A2AJsServer, ScriptedModel
 from tests.helpers.processes import ready_server
+
+
+@pytest.fixture(autouse=True)
+def _collect_what_the_test_dropped() -> Iterator[None]:
+    """Collect garbage after each test: what a test left to the collector (a client's socket,
+    a stream) is then reported under that test, not under whichever test runs next."""
+    yield
+    gc.collect()
+
 
 # --- @a2a-js/sdk server (tools/peers/a2a_js) -------------------------------------------------
 
