@@ -24,6 +24,7 @@ import attrs
 
 __all__ = [
     "INSTALLED",
+    "SCANNED",
     "ImportGraph",
     "cycles",
     "read_graph",

@@ -27,10 +27,11 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from tools.imports import INSTALLED, SCANNED
+
 ROOT = Path(__file__).resolve().parents[2]
-INSTALLED = ("engine", "adapters", "web", "cli", "demo")
-TOOLING = ("tools", "tests", "fuzz")
-FIRST_PARTY = frozenset(INSTALLED + TOOLING)
+TOOLING = tuple(name for name in SCANNED if name not in INSTALLED)
+FIRST_PARTY = frozenset(SCANNED)
 KITS = ROOT / "engine" / "testing"
 LOCK = ROOT / "requirements-dev.lock"
 
