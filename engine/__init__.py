@@ -11,6 +11,14 @@ Nothing in this package imports a protocol SDK or a web framework; adapters tran
 """
 
 from engine._actors import DelegationActor, DelegationHandle, Engine, Run, RunActor, open_run
+from engine._archive import (
+    ARCHIVE_FORMAT_VERSION,
+    DelegationAudit,
+    DelegationAudits,
+    MemoryRunArchive,
+    RunArchive,
+    RunRecord,
+)
 from engine._correlation import (
     AmbiguousCorrelation,
     Correlation,
@@ -67,6 +75,7 @@ from engine._targets import (
     BaseTargetSession,
     DelegationTask,
     Emit,
+    RemoteTaskRef,
     Target,
     TargetCapabilities,
     TargetPrepareError,
@@ -92,6 +101,13 @@ from engine._wire import (
 )
 
 __all__ = [
+    "ARCHIVE_FORMAT_VERSION",
+    "DelegationAudit",
+    "DelegationAudits",
+    "MemoryRunArchive",
+    "RemoteTaskRef",
+    "RunArchive",
+    "RunRecord",
     "AGENT_KEY_PATTERN",
     "CRITICAL",
     "IMPORTANT",

@@ -35,7 +35,7 @@ import attrs
 import trio
 
 from engine._registry import DelegationPolicy, DelegationRequest
-from engine._results import ArtifactRef, DelegationError, ErrorCode
+from engine._results import ArtifactRef, DelegationError, ErrorCode, RemoteCancel
 
 __all__ = [
     "AgentDescription",
@@ -44,6 +44,7 @@ __all__ = [
     "BaseTargetSession",
     "DelegationTask",
     "Emit",
+    "RemoteTaskRef",
     "Target",
     "TargetCapabilities",
     "TargetPrepareError",
@@ -245,6 +246,28 @@ class Target(Protocol):
         be prepared again (e.g. registered with a new engine): it opens what it needs anew."""
         ...
 
+    async def cancel_remote(self, ref: RemoteTaskRef) -> str:
+        """Cancel a remote task known only by the ids the journal kept, with no session: what
+        the engine does for the delegations of a process that died (crash recovery, a lost
+        node). Returns a `RemoteCancel` value: `confirmed` (the remote says the task ended),
+        `pending` (sent or tried, not confirmed), `not_needed` (no remote task was named) or
+        `unsupported` (the protocol or the target cannot). Bounded by the caller; never raises
+        for a remote's failure."""
+        ...
+
+
+@attrs.frozen(kw_only=True)
+class RemoteTaskRef:
+    """A remote task as the journal and the audit trail know it, for `Target.cancel_remote`:
+    the delegation and agent key, and the protocol ids the remote gave (an A2A task and
+    context id; an AG-UI run id and thread id)."""
+
+    delegation_id: str
+    agent_key: str
+    run_id: str | None = None
+    remote_task_id: str | None = None
+    remote_context_id: str | None = None
+
 
 class TargetPrepareError(Exception):
     """Opening an engine found registered targets that cannot work as configured (their
@@ -271,6 +294,11 @@ class BaseTarget:
 
     async def aclose(self) -> None:
         """Nothing to release."""
+
+    async def cancel_remote(self, ref: RemoteTaskRef) -> str:
+        """No remote task to cancel without a session (an in-process agent ends with its
+        process)."""
+        return RemoteCancel.UNSUPPORTED
 
 
 class BaseTargetSession:
