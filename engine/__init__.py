@@ -46,6 +46,7 @@ from engine._journal import (
     Subscription,
 )
 from engine._lanes import JournalEntry, LaneBuffer, LaneStatistics, event_weight
+from engine._recovery import RecoveredDelegation, RecoveredRun, recover_runs
 from engine._redact import REDACTED, RedactedStream, Redactor, valid_text, valid_value
 from engine._registry import (
     AgentSpec,
@@ -105,7 +106,10 @@ __all__ = [
     "DelegationAudit",
     "DelegationAudits",
     "MemoryRunArchive",
+    "RecoveredDelegation",
+    "RecoveredRun",
     "RemoteTaskRef",
+    "recover_runs",
     "RunArchive",
     "RunRecord",
     "AGENT_KEY_PATTERN",

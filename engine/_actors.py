@@ -37,12 +37,14 @@ from typing import Any, Final
 import attrs
 import trio
 
+from engine._archive import RunArchive, RunRecord
 from engine._correlation import ParentToolCalls
 from engine._delegation import DelegationIdentity, DelegationState
 from engine._endpoint import RunEndpoint, RunEndpointError, RunEndpointProvider
 from engine._events import DelegationEvent, Kind
 from engine._journal import JournalStore, MemoryJournalStore, RunJournal, Subscription
 from engine._lanes import JournalEntry, LaneBuffer
+from engine._recovery import RecoveredRun, recover_runs
 from engine._redact import Redactor, is_valid_unicode, valid_text, valid_value
 from engine._registry import (
     AgentSpec,
@@ -60,6 +62,7 @@ from engine._results import (
     RemoteCancel,
     Status,
 )
+from engine._store import RetentionPolicy
 from engine._targets import (
     Answer,
     DelegationTask,
@@ -102,12 +105,20 @@ class Engine:
         new_id: Callable[[str], str] = _new_id,
         store_factory: Callable[[str, EngineLimits], JournalStore] | None = None,
         endpoints: RunEndpointProvider | None = None,
+        archive: RunArchive | None = None,
     ) -> None:
         self.registry = registry if isinstance(registry, Registry) else Registry(registry)
         self.limits = limits or EngineLimits()
         self.clock = clock
         self.new_id = new_id
         self._store_factory = store_factory
+        #: Where runs are kept beyond the process (`engine._archive`), if anywhere: each run's
+        #: record, journal, results and audit trail. Opening the engine ends the runs a dead
+        #: process left live in it (`engine._recovery`).
+        self.archive = archive
+        #: What opening the engine recovered from the archive (`engine._recovery`).
+        self.recovered: list[RecoveredRun] = []
+        self._reopened: OrderedDict[str, tuple[RunRecord, RunJournal]] = OrderedDict()
         #: Gives every run its tool endpoint (e.g. `adapters.mcp.DelegationEndpoint`), if set.
         self.endpoints = endpoints
         self._redactor = Redactor(self.registry.secrets())
@@ -131,6 +142,15 @@ class Engine:
         configured; a target whose remote is only unreachable does not hold the engine back."""
         try:
             await self._prepare_targets()
+            if self.archive is not None:
+                self.recovered = await recover_runs(
+                    self.archive,
+                    self.registry,
+                    clock=self.clock,
+                    policy=self.retention_policy,
+                    reason=ErrorCode.INTERRUPTED,
+                    message="The process serving this run stopped before the run ended.",
+                )
         except BaseException:
             await self._close_targets()
             raise
@@ -230,8 +250,18 @@ class Engine:
     def _make_store(self, run_id: str) -> JournalStore:
         if self._store_factory is not None:
             return self._store_factory(run_id, self.limits)
+        if self.archive is not None:
+            return self.archive.journal_store(run_id, self.retention_policy)
         return MemoryJournalStore(
             run_id,
+            max_events=self.limits.replay_window_events,
+            max_bytes=self.limits.replay_window_bytes,
+        )
+
+    @property
+    def retention_policy(self) -> RetentionPolicy:
+        """The replay window of every run's journal (`EngineLimits.replay_window_*`)."""
+        return RetentionPolicy(
             max_events=self.limits.replay_window_events,
             max_bytes=self.limits.replay_window_bytes,
         )
@@ -243,6 +273,7 @@ class Engine:
         run_id: str | None = None,
         thread_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> AsyncIterator[Run]:
         """Open a run; yields its `Run` handle.
 
@@ -256,6 +287,19 @@ class Engine:
         run_id = run_id or self.new_id("run")
         if run_id in self._runs or run_id in self._closed_runs:
             raise ValueError(f"run id {run_id!r} is already in use")
+        if self.archive is not None:
+            if await self.archive.run(run_id) is not None:
+                raise ValueError(f"run id {run_id!r} is already in use")
+            await self.archive.open_run(
+                RunRecord(
+                    run_id=run_id,
+                    started_at=self.clock(),
+                    thread_id=thread_id,
+                    node=self.archive.node,
+                    metadata=dict(metadata or {}),
+                    attributes=dict(attributes or {}),
+                )
+            )
         actor = RunActor(self, run_id, metadata or {}, thread_id=thread_id)
         self._runs[run_id] = actor
         await self._nursery.start(actor.run)
@@ -372,6 +416,45 @@ class Engine:
         actor = self._runs.get(run_id) or self._closed_runs.get(run_id)
         return actor.journal if actor is not None else None
 
+    async def find_run(self, run_id: str) -> tuple[RunRecord | None, RunJournal] | None:
+        """The journal of any run this engine can show: open or recently closed here (record
+        None), else archived (its record and a read-only journal over what the archive kept).
+        None: no such run. Raises `OSError` when the archive cannot be read."""
+        journal = self.journal(run_id)
+        if journal is not None:
+            return None, journal
+        cached = self._reopened.get(run_id)
+        if cached is not None:
+            self._reopened.move_to_end(run_id)
+            return cached
+        if self.archive is None:
+            return None
+        record = await self.archive.run(run_id)
+        if record is None:
+            return None
+        head = await self.archive.head(run_id)
+        reopened = RunJournal.reopened(
+            run_id,
+            self.archive.journal_store(run_id, self.retention_policy),
+            head,
+            subscriber_buffer_bytes=self.limits.subscriber_buffer_bytes,
+        )
+        if record.live:
+            return record, reopened  # live on another node: read fresh each time
+        self._reopened[run_id] = (record, reopened)
+        while len(self._reopened) > max(self.limits.retained_closed_runs, 1):
+            self._reopened.popitem(last=False)
+        return record, reopened
+
+    async def find_results(self, run_id: str) -> list[DelegationResult]:
+        """Every delegation of a run this engine can show (see `find_run`), in start order."""
+        actor = self._runs.get(run_id) or self._closed_runs.get(run_id)
+        if actor is not None:
+            return actor.delegations()
+        if self.archive is None:
+            return []
+        return await self.archive.results(run_id)
+
     def results(self, run_id: str) -> list[DelegationResult]:
         """Every delegation of an open or recently closed run, in start order."""
         actor = self._runs.get(run_id) or self._closed_runs.get(run_id)
@@ -449,6 +532,7 @@ class RunActor:
         self._results: OrderedDict[str, DelegationResult] = OrderedDict()
         self._sequence = itertools.count(1)
         self.store_errors = 0
+        self._unsaved_results: dict[str, DelegationResult] = {}
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -472,6 +556,17 @@ class RunActor:
                         await self._end(self._outcome, self._outcome_reason)
                     self.mailbox.close()
         finally:
+            archive = self.engine.archive
+            if archive is not None:
+                with trio.CancelScope(shield=True), trio.move_on_after(RUN_CLOSE_TIMEOUT):
+                    await self._save_results()
+                    try:
+                        await archive.close_run(self.run_id, self._outcome, self.engine.clock())
+                    except OSError as exc:
+                        self.store_errors += 1
+                        log.error(
+                            "run %s: the archive could not record its end: %r", self.run_id, exc
+                        )
             self.closed.set()
             self.engine._retire(self)
 
@@ -501,6 +596,8 @@ class RunActor:
                 except trio.EndOfChannel:
                     return
                 try:
+                    # Results first: a delegation's result is kept before its terminal is.
+                    await self._save_results()
                     await self.journal.append_entries(batch)
                 except Exception as exc:
                     # A failing store must not take the engine down with it; what its readers
@@ -508,6 +605,19 @@ class RunActor:
                     self.store_errors += 1
                     log.error("run %s: journal store failed: %r", self.run_id, exc)
                 self.mailbox.acknowledge()
+
+    async def _save_results(self) -> None:
+        """Keep the results recorded since the last save in the archive (if any)."""
+        archive = self.engine.archive
+        if archive is None or not self._unsaved_results:
+            return
+        results = list(self._unsaved_results.values())
+        self._unsaved_results.clear()
+        try:
+            await archive.record_results(self.run_id, results)
+        except OSError as exc:
+            self.store_errors += 1
+            log.error("run %s: the archive could not keep results: %r", self.run_id, exc)
 
     # -- publishing ----------------------------------------------------------------------
 
@@ -591,7 +701,7 @@ class RunActor:
         )
         events = state.fail(error)
         assert state.result is not None
-        self._results[delegation_id] = state.result
+        self.record(state.result)
         done = trio.Event()
         if not self._ended:
             for event in events:
@@ -604,6 +714,8 @@ class RunActor:
 
     def record(self, result: DelegationResult) -> None:
         self._results[result.delegation_id] = result
+        if self.engine.archive is not None:
+            self._unsaved_results[result.delegation_id] = result
 
     def context_for(self, spec: AgentSpec) -> str | None:
         """The remote context a new delegation to `spec` continues, per its context policy."""

@@ -150,12 +150,17 @@ class DelegationAudits:
             value = getattr(event, name)
             if isinstance(value, str) and value and getattr(record, name) is None:
                 updates[name] = value
+        if record.started_at is None and event.time:
+            updates["started_at"] = event.time
         status = _TERMINAL_STATUS.get(event.kind)
-        if status is not None and not record.ended:
-            updates["status"] = status
-            updates["ended_at"] = event.time or None
-            if event.error is not None:
-                updates["error_code"] = event.error.code
+        if status is not None:
+            # The result (saved before its terminal) may have set the status already.
+            if record.ended_at is None and event.time:
+                updates["ended_at"] = event.time
+            if not record.ended:
+                updates["status"] = status
+                if event.error is not None:
+                    updates["error_code"] = event.error.code
         if updates:
             record = attrs.evolve(record, **updates)
         elif old is not None:

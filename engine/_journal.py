@@ -224,6 +224,20 @@ class RunJournal:
         self._synth_starts = 0
         self._synth_terminals = 0
 
+    @classmethod
+    def reopened(
+        cls, run_id: str, store: JournalStore, head: int, *, subscriber_buffer_bytes: int = 1 << 20
+    ) -> RunJournal:
+        """A read-only journal over what `store` kept of a run that ended (or whose process
+        did): `head` is its newest cursor. Subscribers replay from the store and end there;
+        appends are refused."""
+        journal = cls(run_id, store=store, subscriber_buffer_bytes=subscriber_buffer_bytes)
+        journal._head = journal._published = head
+        journal._run_started = head > 0
+        journal._closed = True
+        journal._ended.set()
+        return journal
+
     # -- writing -------------------------------------------------------------------------
 
     @property

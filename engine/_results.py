@@ -48,6 +48,14 @@ class ErrorCode:
     CONFIGURATION_ERROR: Final = "configuration_error"
     #: Weak (timing-based) correlation found several candidate parent tool calls.
     AMBIGUOUS_CORRELATION: Final = "ambiguous_correlation"
+    #: The process serving the run stopped (crashed, was killed) before the run ended; found
+    #: and ended when the archive was opened again.
+    INTERRUPTED: Final = "interrupted"
+    #: The server node that owned the run lost its lease (it stopped or was cut off); another
+    #: node ended the run.
+    NODE_LOST: Final = "node_lost"
+    #: The run's archive could not be written for longer than its buffer allows.
+    STORE_UNAVAILABLE: Final = "store_unavailable"
 
 
 #: Whether a parent may reasonably retry the same call after this error.
@@ -72,6 +80,9 @@ RETRYABLE_BY_DEFAULT: Final[dict[str, bool]] = {
     ErrorCode.INTERNAL_ERROR: True,
     ErrorCode.CONFIGURATION_ERROR: False,
     ErrorCode.AMBIGUOUS_CORRELATION: True,
+    ErrorCode.INTERRUPTED: True,
+    ErrorCode.NODE_LOST: True,
+    ErrorCode.STORE_UNAVAILABLE: True,
 }
 
 

@@ -21,6 +21,8 @@ from engine import (
     Emit,
     ErrorCode,
     Kind,
+    RemoteCancel,
+    RemoteTaskRef,
     TargetCapabilities,
     TargetUpdate,
 )
@@ -66,6 +68,8 @@ class ScriptedTarget(BaseTarget):
     closed: int = 0
     prepares: int = 0
     target_closes: int = 0
+    #: What `cancel_remote` was asked (it answers by `cancel`, as a session's cancel does).
+    remote_cancels: list[RemoteTaskRef] = attrs.field(factory=list)
 
     async def prepare(self) -> None:
         self.prepares += 1
@@ -76,6 +80,16 @@ class ScriptedTarget(BaseTarget):
 
     async def aclose(self) -> None:
         self.target_closes += 1
+
+    async def cancel_remote(self, ref: RemoteTaskRef) -> str:
+        self.remote_cancels.append(ref)
+        if ref.remote_task_id is None:
+            return RemoteCancel.NOT_NEEDED
+        if self.cancel in ("hang", "hang-once"):
+            await trio.sleep_forever()
+        if self.cancel == "raise":
+            raise OSError("connection refused")
+        return RemoteCancel.CONFIRMED if self.cancel == "confirm" else RemoteCancel.PENDING
 
 
 class _ScriptedSession(BaseTargetSession):
