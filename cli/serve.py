@@ -39,6 +39,7 @@ from web.server import (
     open_host,
     serve_app,
 )
+from web.stores import StoreOpenError, describe_store
 
 __all__ = ["serve_main"]
 
@@ -66,6 +67,15 @@ async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> Non
                 f"  agents: {keys}; parent: {config.parent.kind}; MCP: {endpoint.base_url}",
                 file=out,
             )
+            print(f"  runs kept in: {describe_store(config.store)}", file=out)
+            recovered = run_host.engine.recovered
+            if recovered:
+                print(
+                    f"  ended {len(recovered)} run(s) a stopped process left live "
+                    f"({', '.join(r.run_id for r in recovered[:5])}"
+                    f"{', ...' if len(recovered) > 5 else ''})",
+                    file=out,
+                )
             if config.server.token_env:
                 print(
                     f"  starting runs needs the host token in ${config.server.token_env}; "
@@ -109,6 +119,10 @@ def serve_main(
     try:
         trio.run(_serve, config, host_token, sys.stdout)
     except BaseException as exc:
+        store_error = _store_error(exc)
+        if store_error is not None:
+            print(f"subagent-engine serve: {store_error}", file=sys.stderr)
+            return 2
         refused = _refusal(exc)
         if refused is None:
             raise
@@ -126,6 +140,13 @@ def _refusal(exc: BaseException) -> TargetPrepareError | None:
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
     return exc if isinstance(exc, TargetPrepareError) else None
+
+
+def _store_error(exc: BaseException) -> StoreOpenError | None:
+    """The run store's refusal to open, if that is all `exc` is."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc if isinstance(exc, StoreOpenError) else None
 
 
 def check_exposure(config: HostConfig) -> str | None:

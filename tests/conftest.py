@@ -11,6 +11,18 @@ from tests.helpers import REPO_ROOT
 from tests.helpers.peers import A2AFaultyServer
 from tests.helpers.processes import ready_server
 
+# --- the user's state directory -----------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def private_state_directory(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test (and every process it starts) gets its own `$XDG_STATE_HOME`, where `serve`
+    keeps runs by default: no test reads or writes the user's, nor another test's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
+
+
 # --- fault-injecting a2a-sdk server (tools/peers/a2a_faulty.py) -------------------------------
 
 

@@ -19,6 +19,12 @@ a variable that is not set is an error at start, not at the first delegation.
     max_active_runs = 32          # more at once get 429 with Retry-After
     replay_retention_seconds = 60  # a finished run's replay is kept at least this long
 
+    [store]                       # where runs are kept (see `StoreEntry`)
+    kind = "sqlite"               # sqlite (the default) | memory | redis
+    path = "runs.sqlite3"         # sqlite: default $XDG_STATE_HOME/subagent-engine/runs.sqlite3
+    # redis: url = "redis://127.0.0.1:6379/0" (or url_env = "REDIS_URL"),
+    # namespace = "subagent-engine", node = "node-1", lease_seconds = 10
+
     [parent]
     kind = "scripted"             # scripted | claude-code (or its alias claude) | codex
     # for the CLIs: binary = "claude", model_endpoint = "http://127.0.0.1:8001",
@@ -225,6 +231,52 @@ class ServerEntry:
     replay_retention_seconds: float = 60.0
 
 
+#: Where runs are kept: `StoreEntry.kind`.
+STORE_KINDS: Final = ("sqlite", "memory", "redis")
+
+
+def default_store_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Where `serve` keeps runs when `[store] path` is not given: the user's state directory
+    (`$XDG_STATE_HOME`, else `~/.local/state`, per the XDG Base Directory specification,
+    https://specifications.freedesktop.org/basedir-spec/latest/), `subagent-engine/runs.sqlite3`."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_STATE_HOME") or ""
+    root = Path(base) if base and Path(base).is_absolute() else Path.home() / ".local" / "state"
+    return root / "subagent-engine" / "runs.sqlite3"
+
+
+@attrs.frozen
+class StoreEntry:
+    """Where the server keeps runs (their journals, results and audit trail).
+
+    `sqlite` (what a configuration file or the embedded defaults get): one file, `path`, that
+    survives restarts; runs left live by a process that died are ended when the server starts
+    again. `memory`: nothing survives the process (what a `HostConfig` built in code gets).
+    `redis`: several server nodes share one Redis (`url`, or `url_env` naming the variable
+    that holds it when it carries a password), keys under `namespace`; each node has a `node`
+    name and holds a lease of `lease_seconds`.
+    """
+
+    kind: str = "memory"
+    path: str | None = None
+    url: str | None = None
+    url_env: str | None = None
+    namespace: str = "subagent-engine"
+    node: str | None = None
+    lease_seconds: float = 10.0
+
+    def sqlite_path(self, environ: Mapping[str, str] | None = None) -> Path:
+        """The SQLite file: `path` (a `~` expanded), else `default_store_path()`."""
+        if self.path:
+            return Path(self.path).expanduser()
+        return default_store_path(environ)
+
+    def redis_url(self, environ: Mapping[str, str] | None = None) -> str | None:
+        if self.url_env:
+            return (os.environ if environ is None else environ).get(self.url_env) or None
+        return self.url
+
+
 @attrs.frozen
 class ParentEntry:
     #: One of `adapters.parents.PARENT_KINDS`; an alias (`claude`) is read as its kind.
@@ -265,6 +317,7 @@ class HostConfig:
     parent: ParentEntry = attrs.field(factory=ParentEntry)
     agents: tuple[AgentEntry, ...] = ()
     limits: EngineLimits = attrs.field(factory=EngineLimits)
+    store: StoreEntry = attrs.field(factory=StoreEntry)
     _lines: Mapping[tuple[Any, ...], int] = attrs.field(factory=dict, repr=False, eq=False)
 
     @property
@@ -487,7 +540,7 @@ class _Reader:
         return tuple(values)
 
     def host(self, document: dict[str, Any]) -> HostConfig:
-        top = self.table(document, (), {"server", "parent", "agents", "limits"})
+        top = self.table(document, (), {"server", "parent", "agents", "limits", "store"})
         agents = self.get(top, (), "agents", list, [])
         entries = tuple(self.agent(value, ("agents", i)) for i, value in enumerate(agents))
         seen: dict[str, int] = {}
@@ -514,6 +567,7 @@ class _Reader:
             parent=self.parent(top.get("parent", {})),
             agents=entries,
             limits=limits,
+            store=self.store(top.get("store", {})),
             lines=dict(self.lines),
         )
 
@@ -560,6 +614,38 @@ class _Reader:
                 )
             ),
         )
+
+    def store(self, value: Any) -> StoreEntry:
+        path: _Path = ("store",)
+        known = {"kind", "path", "url", "url_env", "namespace", "node", "lease_seconds"}
+        table = self.table(value, path, known)
+        kind = self.get(table, path, "kind", str, "sqlite", check=_one_of(STORE_KINDS))
+        for key in ("path",) if kind != "sqlite" else ():
+            if key in table:
+                raise self.fail((*path, key), f"is for kind = 'sqlite' only (kind is {kind!r})")
+        for key in ("url", "url_env", "namespace", "node", "lease_seconds"):
+            if key in table and kind != "redis":
+                raise self.fail((*path, key), f"is for kind = 'redis' only (kind is {kind!r})")
+        entry = StoreEntry(
+            kind=kind,
+            path=self.get(table, path, "path", str, check=_nonempty),
+            url=self.get(table, path, "url", str, check=_redis_url),
+            url_env=self.get(table, path, "url_env", str, check=_env_name),
+            namespace=self.get(table, path, "namespace", str, "subagent-engine", check=_namespace),
+            node=self.get(table, path, "node", str, check=_namespace),
+            lease_seconds=float(
+                self.get(table, path, "lease_seconds", (int, float), 10.0, check=_positive)
+            ),
+        )
+        if kind == "redis":
+            if (entry.url is None) == (entry.url_env is None):
+                raise self.fail(path, "kind = 'redis' needs exactly one of url and url_env")
+            if entry.url_env is not None and not os.environ.get(entry.url_env):
+                raise self.fail(
+                    (*path, "url_env"),
+                    f"the environment variable {entry.url_env!r} is not set",
+                )
+        return entry
 
     def parent(self, value: Any) -> ParentEntry:
         path: _Path = ("parent",)
@@ -728,6 +814,20 @@ def _parent_kind(value: str) -> str | None:
 
 def _http_url(value: str) -> str | None:
     return None if re.match(r"^https?://[^\s/]+", value) else "must be an http(s) URL"
+
+
+def _redis_url(value: str) -> str | None:
+    if not re.fullmatch(r"rediss?://[^\s]+|unix://[^\s]+", value):
+        return "must be a redis:// (or rediss://, unix://) URL"
+    if "@" in value:
+        return "holds credentials: put the URL in an environment variable and name it in url_env"
+    return None
+
+
+def _namespace(value: str) -> str | None:
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", value):
+        return "must be 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+    return None
 
 
 def _env_name(value: str) -> str | None:

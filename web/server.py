@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import hashlib
 import hmac
 import json
 import logging
@@ -92,6 +93,7 @@ from adapters.listener import (
 from adapters.parents import ParentAgent
 from engine import DelegationError, Engine, JournalEntry, Run, RunJournal, Subscription, to_json
 from web.config import HostConfig
+from web.stores import open_store
 
 __all__ = ["ParentAgent", "RunHost", "StreamEncoder", "create_app"]
 
@@ -148,6 +150,14 @@ class HostedRun:
     error: str | None = None
     #: What the viewers' encoders share (see `EncoderFactory`).
     shared: dict[str, Any] = attrs.field(factory=dict)
+    #: The journal of a run read back from the engine's archive (not run by this process).
+    archived_journal: RunJournal | None = None
+
+
+def token_digest(token: str) -> str:
+    """What the archive keeps of a viewer token: its SHA-256, hex (the token itself is never
+    written anywhere)."""
+    return hashlib.sha256(token.encode()).hexdigest()
 
 
 class RunHost:
@@ -202,8 +212,8 @@ class RunHost:
         if active >= self.max_active_runs:
             return RETRY_WHEN_FULL
         retained = self.engine.limits.retained_closed_runs
-        if self.replay_retention <= 0 or retained <= 0:
-            return None
+        if self.replay_retention <= 0 or retained <= 0 or self.engine.archive is not None:
+            return None  # (an archive keeps every finished run's replay: nothing is pushed out)
         now = trio.current_time()
         young = [
             hosted.ended_at
@@ -249,9 +259,18 @@ class RunHost:
         metadata = {"thread_id": hosted.thread_id}
         if hosted.agui_run_id != hosted.run_id:
             metadata["agui_run_id"] = hosted.agui_run_id
+        # What serving the run's viewers after a restart (or from another node) needs.
+        attributes = {
+            "viewer_token_sha256": token_digest(hosted.viewer_token),
+            "mode": hosted.mode,
+            "agui_run_id": hosted.agui_run_id,
+        }
         try:
             async with self.engine.open_run(
-                run_id=hosted.run_id, thread_id=hosted.thread_id, metadata=metadata
+                run_id=hosted.run_id,
+                thread_id=hosted.thread_id,
+                metadata=metadata,
+                attributes=attributes,
             ) as run:
                 hosted.run = run
                 hosted.started.set()
@@ -268,14 +287,56 @@ class RunHost:
             hosted.started.set()
             hosted.ended.set()
 
-    def find(self, run_id: str, token: str | None) -> HostedRun:
-        hosted = self._runs.get(run_id)
-        expected = hosted.viewer_token if hosted is not None else "x" * 32
+    async def find(self, run_id: str, token: str | None) -> HostedRun:
+        """The run `run_id` if `token` is its viewer token: one this host runs, else one its
+        engine's archive keeps (a run of an earlier process, or of another node). 404 for
+        anything else, the same whether the run or the token is wrong."""
         presented = token or ""
+        hosted = self._runs.get(run_id)
+        if hosted is None and self.engine.archive is not None and len(run_id) <= 200:
+            hosted = await self._archived(run_id)
+        if hosted is not None and hosted.archived_journal is not None:
+            expected = hosted.viewer_token  # the digest the archive kept
+            presented = token_digest(presented)
+        else:
+            expected = hosted.viewer_token if hosted is not None else "x" * 32
         if not hmac.compare_digest(presented.encode(), expected.encode()) or hosted is None:
             raise HttpError(
                 404, "unknown_run", "No such run, or the viewer token is not this run's."
             )
+        return hosted
+
+    async def _archived(self, run_id: str) -> HostedRun | None:
+        """A run this host does not run, as its engine's archive keeps it (None: unknown)."""
+        try:
+            found = await self.engine.find_run(run_id)
+        except OSError as exc:
+            log.warning("reading run %s from the archive failed: %r", run_id, exc)
+            raise HttpError(
+                503,
+                "store_unavailable",
+                "The run store cannot be read right now; try again shortly.",
+                headers=[("retry-after", str(RETRY_WHEN_FULL))],
+            ) from None
+        if found is None:
+            return None
+        record, journal = found
+        if record is None:  # the engine still holds it: a run of this host, forgotten here
+            return None
+        digest = record.attributes.get("viewer_token_sha256")
+        if not digest:
+            return None
+        hosted = HostedRun(
+            run_id=run_id,
+            thread_id=record.thread_id or "",
+            viewer_token=digest,
+            mode=record.attributes.get("mode") or self.visibility,
+            agui_run_id=record.attributes.get("agui_run_id") or run_id,
+            archived_journal=journal,
+        )
+        hosted.started.set()
+        if not record.live:
+            hosted.ended.set()
         return hosted
 
     def runs_named(self, agui_run_id: str) -> list[HostedRun]:
@@ -327,7 +388,7 @@ async def open_stream(
     discarded), so a reconnecting viewer's stream continues in the state the old one left.
     `preamble` (the SSE `retry:` field) goes out first; `idle` (the SSE keep-alive comment), if
     given, whenever the run has been quiet for `keepalive` seconds."""
-    journal = host.engine.journal(hosted.run_id)
+    journal = hosted.archived_journal or host.engine.journal(hosted.run_id)
     if journal is None:
         raise HttpError(404, "unknown_run", "The run's journal is no longer kept.")
     if after is not None and after > journal.head:
@@ -528,7 +589,7 @@ def create_app(
     @app.route("/runs/<run_id>/events", methods=["GET"])
     async def events(run_id: str) -> Response:
         token = _viewer_token(request.headers, request.args, query=True)
-        hosted = host.find(run_id, token)
+        hosted = await host.find(run_id, token)
         after = parse_cursor(request.headers.get("last-event-id") or request.args.get("after"))
         mode = _mode(request.args.get("mode"), hosted.mode)
         encoder = _encoder(encoder_factory, hosted, mode, request.args.get("format"))
@@ -544,7 +605,7 @@ def create_app(
 
     @app.post("/runs/<run_id>/stop")
     async def stop(run_id: str) -> Response:
-        hosted = host.find(run_id, _viewer_token(request.headers, request.args, query=False))
+        hosted = await host.find(run_id, _viewer_token(request.headers, request.args, query=False))
         host.stop(hosted, "Stopped by a viewer.")
         with trio.move_on_after(30):
             await hosted.ended.wait()
@@ -555,7 +616,7 @@ def create_app(
     async def answer(run_id: str) -> Response:
         """Answer a subagent waiting for input (a CUSTOM `subagent.input_required` on the
         stream): `{"delegationId": ..., "text": ...}` and/or `"data": {...}`."""
-        hosted = host.find(run_id, _viewer_token(request.headers, request.args, query=False))
+        hosted = await host.find(run_id, _viewer_token(request.headers, request.args, query=False))
         delegation_id, text, data = _read_answer(await read_json())
         if hosted.run is None or hosted.ended.is_set():
             raise HttpError(409, "run_ended", "The run has ended; there is nothing to answer.")
@@ -570,7 +631,7 @@ def create_app(
     async def ws(run_id: str) -> None:
         try:
             token = _viewer_token(websocket.headers, websocket.args, query=True)
-            hosted = host.find(run_id, token)
+            hosted = await host.find(run_id, token)
             after = parse_cursor(websocket.args.get("after"))
             mode = _mode(websocket.args.get("mode"), hosted.mode)
             encoder = _encoder(encoder_factory, hosted, mode, websocket.args.get("format"))
@@ -776,13 +837,16 @@ async def open_host(
     *,
     mcp_settings: Mapping[str, Any] | None = None,
 ) -> AsyncIterator[tuple[RunHost, Any]]:
-    """The engine, its MCP endpoint and a `RunHost`, all closed (runs cancelled) on exit."""
+    """The engine (keeping runs in the store `config.store` names, `web.stores`), its MCP
+    endpoint and a `RunHost`, all closed (runs cancelled) on exit. `StoreOpenError` when the
+    store cannot be used."""
     from adapters.mcp import DelegationEndpoint
 
     settings = {"shortcuts": config.shortcuts, **(mcp_settings or {})}
     async with (
+        open_store(config.store) as archive,
         DelegationEndpoint(**settings).serve() as endpoint,
-        Engine(agents, limits=config.limits, endpoints=endpoint) as engine,
+        Engine(agents, limits=config.limits, endpoints=endpoint, archive=archive) as engine,
         trio.open_nursery() as nursery,
     ):
         host = RunHost(

@@ -12,7 +12,8 @@ import web.config as config_module
 from adapters.a2a import A2ATarget
 from adapters.agent_protocols import AgentProtocol, AgentSettings
 from engine import DelegationPolicy, EngineLimits
-from web.config import ConfigError, load_config, parse_config, register_protocol
+from web.config import ConfigError, HostConfig, load_config, parse_config, register_protocol
+from web.stores import describe_store
 
 GOOD = textwrap.dedent(
     """\
@@ -146,6 +147,35 @@ def _error(text: str) -> ConfigError:
             "must be one of a2a",
         ),
         ("surprise = 1\n", 1, "surprise", "unknown setting"),
+        ('[store]\nkind = "postgres"\n', 2, "store.kind", "must be one of sqlite"),
+        ('[store]\nkind = "memory"\npath = "x.db"\n', 3, "store.path", "for kind = 'sqlite'"),
+        ('[store]\nurl = "redis://h"\n', 2, "store.url", "for kind = 'redis' only"),
+        ('[store]\nkind = "redis"\n', 1, "store", "exactly one of url and url_env"),
+        ('[store]\nkind = "redis"\nurl = "http://h"\n', 3, "store.url", "redis:// "),
+        (
+            '[store]\nkind = "redis"\nurl = "redis://:pw@h:6379"\n',
+            3,
+            "store.url",
+            "holds credentials",
+        ),
+        (
+            '[store]\nkind = "redis"\nurl_env = "SE_UNSET_REDIS_URL"\n',
+            3,
+            "store.url_env",
+            "is not set",
+        ),
+        (
+            '[store]\nkind = "redis"\nurl = "redis://h"\nnamespace = "a b"\n',
+            4,
+            "store.namespace",
+            "letters, digits",
+        ),
+        (
+            '[store]\nkind = "redis"\nurl = "redis://h"\nlease_seconds = 0\n',
+            4,
+            "store.lease_seconds",
+            "must be positive",
+        ),
     ],
 )
 def test_mistakes_name_file_line_and_field(text: str, line: int, field: str, message: str) -> None:
@@ -175,6 +205,39 @@ def test_an_empty_file_is_the_defaults() -> None:
     assert config.server.visibility == "attributed"
     assert config.server.cors_origins == ()
     assert config.parent.kind == "scripted"
+    # A configuration file (or none at all) keeps runs in the SQLite file of the user's state
+    # directory; a HostConfig built in code keeps them in memory.
+    assert config.store.kind == "sqlite" and config.store.path is None
+    assert HostConfig(source="<code>").store.kind == "memory"
+
+
+def test_the_default_sqlite_path_is_in_the_users_state_directory(tmp_path: Path) -> None:
+    entry = parse_config("", "empty.toml").store
+    assert entry.sqlite_path({"XDG_STATE_HOME": str(tmp_path)}) == (
+        tmp_path / "subagent-engine" / "runs.sqlite3"
+    )
+    home_default = Path.home() / ".local" / "state" / "subagent-engine" / "runs.sqlite3"
+    assert entry.sqlite_path({}) == home_default
+    assert entry.sqlite_path({"XDG_STATE_HOME": "relative/dir"}) == home_default  # per XDG
+    named = parse_config('[store]\npath = "~/runs.db"\n', "x.toml").store
+    assert named.sqlite_path({}) == Path.home() / "runs.db"
+
+
+def test_a_redis_store_names_its_url_or_the_variable_holding_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("SE_REDIS_URL", "redis://:secret@127.0.0.1:6379/0")
+    entry = parse_config(
+        '[store]\nkind = "redis"\nurl_env = "SE_REDIS_URL"\nnode = "node-1"\n', "x.toml"
+    ).store
+    assert (entry.kind, entry.node, entry.namespace, entry.lease_seconds) == (
+        "redis",
+        "node-1",
+        "subagent-engine",
+        10.0,
+    )
+    assert entry.redis_url() == "redis://:secret@127.0.0.1:6379/0"
+    assert "secret" not in describe_store(entry)
 
 
 # --- AG-UI agents --------------------------------------------------------------------------------

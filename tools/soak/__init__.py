@@ -976,7 +976,7 @@ async def _one_http_run(
     document = response.json()
     token = str(document["viewer_token"])
     auth = {"authorization": f"Bearer {token}"}
-    hosted = soak.host.find(plan.run_id, token)
+    hosted = await soak.host.find(plan.run_id, token)
     journal = soak.eng.journal(plan.run_id)
     assert journal is not None
     cancelled = False
