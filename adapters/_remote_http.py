@@ -8,7 +8,8 @@ and spreads each pool's connections over small httpcore pools, `ShardedTransport
 holds them as `RemotePools`, which open anew after being closed);
 the values to redact for a credential are the header value and its token without the scheme
 (`credential_secrets`); and, when the host turns it on, every request says who is asking
-(`identity_headers`: the run's user, the tenant, `x-source`, and the lineage of the delegation),
+(`identity_headers`: the run's user, the tenant, `x-source`, and the lineage of the delegation;
+`ref_identity_headers` what of it the journal kept, for a cancel with no session),
 as kagent's remote A2A subagents send `x-user-id`
 (https://github.com/kagent-dev/kagent/blob/main/docs/architecture/a2a-subagents.md). `task_text`
 is what a remote agent is asked, whatever its protocol. No I/O.
@@ -25,7 +26,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from engine import DelegationTask
+from engine import DelegationTask, RemoteTaskRef
 
 __all__ = [
     "SHARD_REQUESTS",
@@ -36,6 +37,7 @@ __all__ = [
     "http_pools",
     "identity_headers",
     "origin",
+    "ref_identity_headers",
     "task_text",
 ]
 
@@ -255,6 +257,19 @@ def identity_headers(task: DelegationTask, tenant: str | None) -> dict[str, str]
         "x-delegation-id": task.delegation_id,
     }
     return {name: str(value) for name, value in headers.items() if value}
+
+
+def ref_identity_headers(ref: RemoteTaskRef, tenant: str | None) -> dict[str, str]:
+    """Who is asking, for a cancel with no session (`Target.cancel_remote`): `identity_headers`
+    as far as the journal kept them (the tenant, `x-source`, the run and the delegation; no
+    user id, no parent tool call)."""
+    headers = {
+        "x-tenant": tenant,
+        "x-source": "subagent-engine",
+        "x-parent-run-id": ref.run_id,
+        "x-delegation-id": ref.delegation_id,
+    }
+    return {name: value for name, value in headers.items() if value}
 
 
 def task_text(task: DelegationTask) -> str:

@@ -5,7 +5,8 @@ with a fingerprint), creating a2a-sdk clients over an httpx client whose credent
 the card's origin and explicitly trusted origins, and one `TargetSession` per delegation that
 sends the task (streaming, or `return_immediately` for agents that cannot stream), resubscribes,
 polls `GetTask`, continues after input-required with the same task and context ids, and cancels
-with `CancelTask` (tenant and structured metadata included). The translation of what the remote
+with `CancelTask` (tenant and structured metadata included), from a session or, for a process
+that died, from the task id alone (`A2ATarget.cancel_remote`). The translation of what the remote
 says into engine updates is `adapters.a2a._mapping` (sans-IO); this module only moves bytes.
 
 Streams are left by cancelling the enclosing Trio scope (the delegation actor does that), never
@@ -56,6 +57,7 @@ from adapters._remote_http import (
     RemotePools,
     credential_secrets,
     identity_headers,
+    ref_identity_headers,
     task_text,
 )
 from adapters.a2a._card import CardInfo, validate_card
@@ -70,6 +72,8 @@ from engine import (
     ErrorCode,
     Redactor,
     RegistryError,
+    RemoteCancel,
+    RemoteTaskRef,
     TargetCapabilities,
     TargetUpdate,
 )
@@ -281,6 +285,67 @@ class A2ATarget:
 
     def open_session(self, task: DelegationTask, nursery: trio.Nursery) -> _A2ASession:
         return _A2ASession(self, task, nursery)
+
+    async def cancel_remote(self, ref: RemoteTaskRef) -> str:
+        """Cancel the A2A task `ref.remote_task_id` (the task id the remote gave, as journaled)
+        with no session: prepare if needed, send `CancelTask` (tenant, and metadata naming the
+        delegation with the reason), and read the task's state from the answer, or from
+        `GetTask` when the remote refused the cancel (it may have ended already).
+
+        Returns `not_needed` without a task id; `confirmed` once the remote says the task is in
+        a terminal state; `pending` when it is not, or when the remote could not be asked
+        (unreachable, an error answer, an unreadable one, no answer within the config's
+        `request_timeout`). A task the remote does not know (`TaskNotFoundError` to both calls)
+        is `pending` too: the remote may have forgotten it or keep it under another tenant, and
+        it did not say that the task ended. `unsupported` when the target cannot work as
+        configured (a card the engine cannot use, no transport in common). Never raises for
+        what the remote does; the whole call is bounded by `request_timeout` (the control
+        pool reads without a timeout) and by the caller."""
+        task_id = ref.remote_task_id
+        if not task_id:
+            return RemoteCancel.NOT_NEEDED
+        ended = False
+        with trio.move_on_after(self.config.request_timeout):
+            try:
+                await self.prepare()
+                self._client(False, control=True)
+            except DelegationError as error:
+                cannot = error.retryable is False or error.code == ErrorCode.CAPABILITY_UNSUPPORTED
+                return RemoteCancel.UNSUPPORTED if cannot else RemoteCancel.PENDING
+            metadata = {
+                "delegation_id": ref.delegation_id,
+                "agent_key": ref.agent_key,
+                **({"run_id": ref.run_id} if ref.run_id else {}),
+                "reason": "the delegating process ended",
+            }
+            context = None
+            if self.config.forward_identity:
+                identity = ref_identity_headers(ref, self.config.tenant)
+                context = ClientCallContext(service_parameters=identity)
+            ended = await self._cancel_task(task_id, metadata, context)
+        return RemoteCancel.CONFIRMED if ended else RemoteCancel.PENDING
+
+    async def _cancel_task(
+        self, task_id: str, metadata: Mapping[str, Any], context: ClientCallContext | None
+    ) -> bool:
+        """`CancelTask` for `task_id`; True once the remote says the task is in a terminal
+        state. A refused or lost cancel (e.g. not cancelable because it already ended) asks
+        `GetTask`: the task's own state is the answer to "is it still running?". False when
+        neither answered."""
+        client = self._client(False, control=True)
+        tenant = self.config.tenant or ""
+        request = CancelTaskRequest(tenant=tenant, id=task_id)
+        request.metadata.update(dict(metadata))
+        try:
+            task = await client.cancel_task(request, context=context)
+        except (A2AError, httpx.HTTPError, *_UNREADABLE):
+            try:
+                task = await client.get_task(
+                    GetTaskRequest(tenant=tenant, id=task_id), context=context
+                )
+            except (A2AError, httpx.HTTPError, *_UNREADABLE):
+                return False
+        return task.status.state in _TERMINAL_STATES
 
     async def aclose(self) -> None:
         """Close the SDK clients and the pools; idempotent. Called once every session ended."""
@@ -605,21 +670,8 @@ class _A2ASession:
             if not await self._find_task():
                 return False
         assert self.task_id is not None
-        client = self._target._client(False, control=True)
-        request = CancelTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
-        request.metadata.update({**self._metadata(), "reason": "cancelled by the delegating run"})
-        try:
-            task = await client.cancel_task(request, context=self._context())
-        except (A2AError, httpx.HTTPError):
-            # Refused (e.g. not cancelable because it already ended) or lost: the task's own
-            # state is the answer to "is it still running?".
-            try:
-                task = await client.get_task(
-                    GetTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
-                )
-            except (A2AError, httpx.HTTPError):
-                return False
-        return task.status.state in _TERMINAL_STATES
+        metadata = {**self._metadata(), "reason": "cancelled by the delegating run"}
+        return await self._target._cancel_task(self.task_id, metadata, self._context())
 
     async def _find_task(self) -> bool:
         """Learn the id of the task our last new-task message created, with ListTasks

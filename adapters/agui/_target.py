@@ -15,7 +15,9 @@ stream, no run) or its stream reached the run's end (RUN_FINISHED, RUN_ERROR, an
 run the engine left itself (a malformed or oversized frame, `output_too_large`, a timeout, a
 cancel) or whose stream ended or dropped without a terminal may still be running: that one is
 stopped. A cancel with nothing to stop is confirmed at once, as the A2A target confirms a task
-that already ended: the remote holds no running run for this delegation.
+that already ended: the remote holds no running run for this delegation. A run of a process that
+died is stopped from the ids its journal kept (`AguiTarget.cancel_remote`: the remote's run id
+and thread id), through the same stop endpoint.
 
 For the engine an AG-UI agent is just another target: `delegate_to_agent` cannot tell it from an
 A2A agent. What AG-UI cannot do is said through `capabilities`: it has no resumption (no
@@ -44,6 +46,7 @@ from adapters._remote_http import (
     RemotePools,
     credential_secrets,
     identity_headers,
+    ref_identity_headers,
     task_text,
 )
 from adapters.agent_protocols import AgentProtocol, AgentSettings
@@ -58,6 +61,8 @@ from engine import (
     Kind,
     Redactor,
     RegistryError,
+    RemoteCancel,
+    RemoteTaskRef,
     TargetCapabilities,
     TargetUpdate,
 )
@@ -158,6 +163,60 @@ class AguiTarget:
     async def aclose(self) -> None:
         """Close the pools; idempotent. Called once every session ended."""
         await self._pools.aclose()
+
+    async def cancel_remote(self, ref: RemoteTaskRef) -> str:
+        """Stop the remote run `ref` names with no session: POST the stop endpoint, as a
+        session's `cancel` does, with the ids the journal kept. What an AG-UI delegation
+        journals as `remote_task_id` is the run id the remote's first RUN_STARTED gave, and as
+        `remote_context_id` the remote's thread id. A resume run (after an answered interrupt)
+        has a run id of its own that is not kept there: its stop names the first run and the
+        thread, which stops it only at an endpoint that stops by thread.
+
+        Returns `not_needed` without a run id; `unsupported` without a `stop_url` (AG-UI itself
+        has no way to stop a run); `confirmed` once the stop endpoint answered 2xx; `pending`
+        when it refused, could not be reached, did not answer within the config's
+        `request_timeout`, or needs a thread id (`{thread_id}` in `stop_url`) the journal did
+        not keep. Never raises for what the remote does; bounded by the caller too."""
+        run_id = ref.remote_task_id
+        if not run_id:
+            return RemoteCancel.NOT_NEEDED
+        if self.config.stop_url is None:
+            return RemoteCancel.UNSUPPORTED
+        self._pools.reopen()
+        headers = {}
+        if self.config.forward_identity:
+            headers = ref_identity_headers(ref, self.config.tenant)
+        fields = {"delegationId": ref.delegation_id, "reason": "the delegating process ended"}
+        stopped = False
+        with trio.move_on_after(self.config.request_timeout):
+            stopped = await self._stop(run_id, ref.remote_context_id, fields, headers)
+        return RemoteCancel.CONFIRMED if stopped else RemoteCancel.PENDING
+
+    async def _stop(
+        self,
+        run_id: str,
+        thread_id: str | None,
+        fields: Mapping[str, Any],
+        headers: Mapping[str, str],
+    ) -> bool:
+        """POST `stop_url` (its `{thread_id}` and `{run_id}` filled in, URL-quoted) the body
+        `{"threadId", "runId", **fields}`; True once the remote answered 2xx. False when it
+        refused or could not be reached, and, without asking, when `stop_url` needs a thread id
+        and none is known."""
+        stop_url = self.config.stop_url
+        if stop_url is None or (thread_id is None and "{thread_id}" in stop_url):
+            return False
+        url = stop_url.replace("{thread_id}", quote(thread_id or "", safe="")).replace(
+            "{run_id}", quote(run_id, safe="")
+        )
+        body = {**({"threadId": thread_id} if thread_id is not None else {}), "runId": run_id}
+        try:
+            response = await self._pools.control.post(
+                url, json={**body, **fields}, headers=dict(headers)
+            )
+        except httpx.HTTPError:
+            return False
+        return 200 <= response.status_code < 300
 
     def _error(self, code: str, doing: str, detail: str) -> DelegationError:
         detail = self._redactor.text(detail)[:300]
@@ -384,28 +443,19 @@ class _AguiSession:
         actor cancelling the scope that read it."""
         if not self.remote_may_run:
             return True  # nothing running there: nothing to stop
-        stop_url = self._target.config.stop_url
-        if stop_url is None or self.run_id is None:
+        if self._target.config.stop_url is None or self.run_id is None:
             return False
-        run_id = self._mapper.run_id or self.run_id
-        thread_id = self._mapper.thread_id or self.thread_id
-        url = stop_url.replace("{thread_id}", quote(thread_id, safe="")).replace(
-            "{run_id}", quote(run_id, safe="")
-        )
-        body = {
-            "threadId": thread_id,
-            "runId": run_id,
+        fields = {
             "requestedRunId": self.run_id,
             "delegationId": self._task.delegation_id,
             "reason": "cancelled by the delegating run",
         }
-        try:
-            response = await self._target._pools.control.post(
-                url, json=body, headers=self._headers()
-            )
-        except httpx.HTTPError:
-            return False
-        return 200 <= response.status_code < 300
+        return await self._target._stop(
+            self._mapper.run_id or self.run_id,
+            self._mapper.thread_id or self.thread_id,
+            fields,
+            self._headers(),
+        )
 
     async def aclose(self) -> None:
         return None

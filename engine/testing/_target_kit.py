@@ -5,8 +5,10 @@ protocol it speaks. This kit drives a target's sessions the way the actor does a
 promise, one check per part of the seam:
 
 - `check_prepare`: `prepare()` may be called again and again; `capabilities`, `secrets` and
-  `description` have their declared types; a target that cannot work as configured (the
-  `MALFORMED` scenario) is refused with a `DelegationError` that is not retryable.
+  `description` have their declared types; `cancel_remote()` of a reference that names no remote
+  task answers `not_needed` or `unsupported` and does not raise; a target that cannot work as
+  configured (the `MALFORMED` scenario) is refused with a `DelegationError` that is not
+  retryable.
 - `check_start_and_stream`: `start()` reports through `emit`, only `TargetUpdate`s, progress
   before the end, and exactly one terminal (`subagent.finished` here), nothing after it; a target
   that cannot stream is polled to its end, as the actor would.
@@ -52,11 +54,12 @@ import trio
 
 from engine._events import Kind
 from engine._registry import DelegationPolicy, DelegationRequest
-from engine._results import DelegationError
+from engine._results import DelegationError, RemoteCancel
 from engine._targets import (
     AgentDescription,
     Answer,
     DelegationTask,
+    RemoteTaskRef,
     Target,
     TargetCapabilities,
     TargetSession,
@@ -130,8 +133,8 @@ async def check_target(harness: TargetHarness, *, step_seconds: float = 10.0) ->
 
 
 async def check_prepare(harness: TargetHarness, *, step_seconds: float = 10.0) -> str | None:
-    """`prepare()` twice; the declared members' types; `MALFORMED` refused, not retryable.
-    Returns None, or why the check was skipped."""
+    """`prepare()` twice; the declared members' types; `cancel_remote()` with no remote task;
+    `MALFORMED` refused, not retryable. Returns None, or why the check was skipped."""
     async with _checking("prepare", harness, Scenario.FINISH, step_seconds) as kit:
         if kit is None:
             return f"the harness has no {Scenario.FINISH!r} remote"
@@ -152,6 +155,7 @@ async def check_prepare(harness: TargetHarness, *, step_seconds: float = 10.0) -
             description is None or isinstance(description, AgentDescription),
             f"description is neither None nor an AgentDescription: {type(description).__name__}",
         )
+        await _check_cancel_remote_of_nothing(kit)
     async with _checking("prepare", harness, Scenario.MALFORMED, step_seconds) as kit:
         if kit is None:
             return None  # nothing this protocol can be misconfigured with: the rest passed
@@ -169,6 +173,24 @@ async def check_prepare(harness: TargetHarness, *, step_seconds: float = 10.0) -
         else:
             kit.fail("prepare() accepted a target that cannot work as configured")
     return None
+
+
+async def _check_cancel_remote_of_nothing(kit: _Kit) -> None:
+    """A reference without remote ids (a delegation that never reached its remote) names
+    nothing to cancel: `not_needed`, or `unsupported` from a target that cannot cancel so."""
+    ref = RemoteTaskRef(delegation_id="del-conformance-nothing", agent_key="conformance")
+    try:
+        with kit.bounded("cancel_remote() of a reference that names no remote task"):
+            answer = await kit.target.cancel_remote(ref)
+    except TargetContractError:
+        raise
+    except Exception as exc:
+        kit.fail(f"cancel_remote() with no remote ids raised {type(exc).__name__} ({exc})")
+    kit.require(
+        answer in (RemoteCancel.NOT_NEEDED, RemoteCancel.UNSUPPORTED),
+        f"cancel_remote() with no remote ids answered {answer!r}, not "
+        f"{RemoteCancel.NOT_NEEDED!r} or {RemoteCancel.UNSUPPORTED!r}",
+    )
 
 
 async def check_start_and_stream(
