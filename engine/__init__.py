@@ -18,6 +18,7 @@ from engine._archive import (
     MemoryRunArchive,
     RunArchive,
     RunRecord,
+    SharedRunArchive,
 )
 from engine._correlation import (
     AmbiguousCorrelation,
@@ -41,6 +42,7 @@ from engine._journal import (
     CursorError,
     JournalStatistics,
     JournalStore,
+    JournalTail,
     MemoryJournalStore,
     RunJournal,
     Subscription,
@@ -112,6 +114,7 @@ __all__ = [
     "recover_runs",
     "RunArchive",
     "RunRecord",
+    "SharedRunArchive",
     "AGENT_KEY_PATTERN",
     "CRITICAL",
     "IMPORTANT",
@@ -147,6 +150,7 @@ __all__ = [
     "JournalEntry",
     "JournalStatistics",
     "JournalStore",
+    "JournalTail",
     "Kind",
     "LaneBuffer",
     "LaneStatistics",

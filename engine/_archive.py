@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
+import trio
 
 from engine._events import DelegationEvent, Kind
 from engine._journal import MemoryJournalStore
@@ -37,6 +38,7 @@ __all__ = [
     "MemoryRunArchive",
     "RunArchive",
     "RunRecord",
+    "SharedRunArchive",
 ]
 
 #: The version of what archives write (records, results, entries). A store writes it with what
@@ -251,6 +253,47 @@ class RunArchive(Protocol):
         """The runs not ended (of `node` only, unless None), oldest first."""
         ...
 
+    async def wait_entries(self, run_id: str, after: int, within: float) -> bool:
+        """Wait at most `within` seconds for the run's journal to hold an entry after `after`
+        (a viewer of a run another process writes); True if it may. A single-node archive
+        may just sleep and look."""
+        ...
+
+
+class SharedRunArchive(RunArchive, Protocol):
+    """An archive several server nodes share (Redis): each node holds a lease while it lives,
+    the survivors find the nodes whose lease lapsed, and nodes send each other commands (a
+    viewer's stop or answer reaches the node that owns the run)."""
+
+    lease_seconds: float
+    """How long a node's lease lasts unless renewed (renewed every third of it)."""
+
+    async def renew_lease(self) -> None:
+        """Take or renew this node's lease (`lease_seconds` from now)."""
+        ...
+
+    async def drop_lease(self) -> None:
+        """Give the lease up at once (a clean shutdown: survivors need not wait it out)."""
+        ...
+
+    async def lost_nodes(self) -> list[str]:
+        """The nodes other than this one that own live runs and hold no lease."""
+        ...
+
+    async def claim_node(self, node: str) -> bool:
+        """Take the exclusive, expiring right to end a lost node's runs; False if another
+        node has it."""
+        ...
+
+    async def send_command(self, node: str, command: Mapping[str, Any]) -> None:
+        """Queue a JSON-able command for `node` (bounded: old commands are dropped first)."""
+        ...
+
+    async def next_commands(self, within: float) -> list[dict[str, Any]]:
+        """This node's queued commands, oldest first, waiting at most `within` seconds for
+        one; each is delivered once."""
+        ...
+
 
 class MemoryRunArchive:
     """The reference `RunArchive`, in memory: what tests and embedders use when nothing has to
@@ -306,6 +349,11 @@ class MemoryRunArchive:
 
     async def audits(self, run_id: str) -> list[DelegationAudit]:
         return list(self._audit(run_id).records.values())
+
+    async def wait_entries(self, run_id: str, after: int, within: float) -> bool:
+        if self._heads.get(run_id, 0) <= after:
+            await trio.sleep(within)
+        return self._heads.get(run_id, 0) > after
 
     async def live_runs(self, node: str | None = None) -> list[RunRecord]:
         return [

@@ -30,7 +30,7 @@ and other readers nothing; what it may lose is bounded by the window and always 
 from __future__ import annotations
 
 import bisect
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Final
 
@@ -48,6 +48,7 @@ __all__ = [
     "JournalStatistics",
     "JournalStore",
     "MemoryJournalStore",
+    "JournalTail",
     "RunJournal",
     "Subscription",
 ]
@@ -543,6 +544,84 @@ class Subscription:
             self._buffer.close()
 
     async def __aenter__(self) -> Subscription:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class JournalTail:
+    """A reader of a run whose journal another process writes (a run of another server node):
+    it reads the store after its cursor and, once it has everything, waits for more with
+    `wait(after, timeout)` (e.g. a blocking read of a Redis stream; True when there may be
+    entries after `after`), until it delivered the run's terminal. The same `receive_batch`
+    and iteration as a `Subscription`; entries come as the store keeps them (gap markers
+    included), so a tail is as exact as a replay."""
+
+    def __init__(
+        self,
+        store: JournalStore,
+        after: int,
+        wait: Callable[[int, float], Awaitable[bool]],
+        *,
+        wait_timeout: float = 5.0,
+    ) -> None:
+        self._store = store
+        self._after = after
+        self._wait = wait
+        self._wait_timeout = wait_timeout
+        self._done = False
+        self._closed = False
+        self._pending: list[JournalEntry] = []
+
+    @property
+    def last_cursor(self) -> int:
+        return self._after
+
+    async def receive_batch(self, max_entries: int = 512) -> list[JournalEntry]:
+        """The next entries (at least one); `trio.EndOfChannel` after the run's terminal."""
+        if self._closed:
+            raise trio.ClosedResourceError("tail is closed")
+        while True:
+            if self._done:
+                raise trio.EndOfChannel
+            entries = await self._store.read_after(self._after, max_entries)
+            if entries:
+                for index, entry in enumerate(entries):
+                    event = entry.event
+                    if event.kind in Kind.RUN_TERMINALS and not event.delegation_id:
+                        self._done = True
+                        entries = entries[: index + 1]
+                        break
+                self._after = entries[-1].cursor
+                return entries
+            await self._wait(self._after, self._wait_timeout)
+            await trio.lowlevel.checkpoint()
+
+    async def receive(self) -> JournalEntry:
+        if not self._pending:
+            self._pending = await self.receive_batch()
+            self._pending.reverse()
+        return self._pending.pop()
+
+    def __aiter__(self) -> AsyncIterator[JournalEntry]:
+        return self
+
+    async def __anext__(self) -> JournalEntry:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    def close(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> JournalTail:
         return self
 
     async def __aexit__(

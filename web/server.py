@@ -91,7 +91,18 @@ from adapters.listener import (
     serve_listener,
 )
 from adapters.parents import ParentAgent
-from engine import DelegationError, Engine, JournalEntry, Run, RunJournal, Subscription, to_json
+from engine import (
+    DelegationError,
+    Engine,
+    JournalEntry,
+    JournalTail,
+    Run,
+    RunJournal,
+    SharedRunArchive,
+    Subscription,
+    to_json,
+)
+from web.cluster import run_node
 from web.config import HostConfig
 from web.stores import open_store
 
@@ -152,6 +163,8 @@ class HostedRun:
     shared: dict[str, Any] = attrs.field(factory=dict)
     #: The journal of a run read back from the engine's archive (not run by this process).
     archived_journal: RunJournal | None = None
+    #: The node that owns an archived run (its record's `node`).
+    owner: str = ""
 
 
 def token_digest(token: str) -> str:
@@ -180,8 +193,12 @@ class RunHost:
         max_active_runs: int = 32,
         replay_retention: float = 60.0,
         new_run_id: Callable[[str | None], str] | None = None,
+        shared: SharedRunArchive | None = None,
     ) -> None:
         self.engine = engine
+        #: The store this node shares with others (Redis), through which a viewer's stop or
+        #: answer for a run of another node is forwarded to it (`web.cluster`).
+        self.shared = shared
         self.nursery = nursery
         self.parent_factory = parent_factory
         self.visibility = visibility
@@ -333,11 +350,17 @@ class RunHost:
             mode=record.attributes.get("mode") or self.visibility,
             agui_run_id=record.attributes.get("agui_run_id") or run_id,
             archived_journal=journal,
+            owner=record.node,
         )
         hosted.started.set()
         if not record.live:
             hosted.ended.set()
         return hosted
+
+    def local_run(self, run_id: str) -> HostedRun | None:
+        """A run this host runs (no token check: for commands between nodes)."""
+        hosted = self._runs.get(run_id)
+        return hosted if hosted is not None and hosted.archived_journal is None else None
 
     def runs_named(self, agui_run_id: str) -> list[HostedRun]:
         """The hosted runs whose callers named them `agui_run_id` (callers choose these, so
@@ -347,6 +370,41 @@ class RunHost:
     def stop(self, hosted: HostedRun, reason: str) -> None:
         if hosted.run is not None and not hosted.ended.is_set():
             hosted.run.cancel(reason)
+
+    def runs_elsewhere(self, hosted: HostedRun) -> bool:
+        """Whether `hosted` is live on another node (its stop and answers are forwarded)."""
+        return hosted.archived_journal is not None and not hosted.ended.is_set()
+
+    async def forward(self, hosted: HostedRun, command: dict[str, Any]) -> None:
+        """Send a viewer's command for a run of another node to that node (`web.cluster`
+        carries it out there). 409 when no node can be reached this way."""
+        if self.shared is None or not hosted.owner:
+            raise HttpError(409, "run_elsewhere", "The run is not served by this process.")
+        try:
+            await self.shared.send_command(hosted.owner, {**command, "run_id": hosted.run_id})
+        except OSError as exc:
+            log.warning("forwarding to node %s failed: %r", hosted.owner, exc)
+            raise HttpError(
+                503, "store_unavailable", "The run store cannot be reached; try again shortly."
+            ) from None
+
+    async def wait_archived_end(self, hosted: HostedRun, within: float) -> bool:
+        """Wait at most `within` seconds for a run of another node to end; True if it did."""
+        archive = self.engine.archive
+        if archive is None:
+            return False
+        with trio.move_on_after(within):
+            while True:
+                try:
+                    record = await archive.run(hosted.run_id)
+                    if record is not None and not record.live:
+                        hosted.ended.set()
+                        return True
+                    head = await archive.head(hosted.run_id)
+                    await archive.wait_entries(hosted.run_id, head, 1.0)
+                except OSError:
+                    await trio.sleep(1.0)
+        return False
 
 
 def _authorization(headers: Any) -> list[bytes]:
@@ -395,7 +453,13 @@ async def open_stream(
         raise HttpError(400, "bad_cursor", f"Cursor {after} is beyond the run's last event.")
     if after is not None and after == journal.head and hosted.ended.is_set():
         raise RunOver()
-    return _stream(journal, after, encoder, write, keepalive, idle, preamble)
+    tail = None
+    archive = host.engine.archive
+    if hosted.archived_journal is not None and not hosted.ended.is_set() and archive is not None:
+        # Live on another node: follow its journal in the shared store.
+        wait = functools.partial(archive.wait_entries, hosted.run_id)
+        tail = JournalTail(journal.store, after or 0, wait, wait_timeout=keepalive)
+    return _stream(journal, after, encoder, write, keepalive, idle, preamble, tail)
 
 
 async def _stream(
@@ -406,8 +470,9 @@ async def _stream(
     keepalive: float,
     idle: Out | None,
     preamble: Out | None,
+    tail: JournalTail | None = None,
 ) -> AsyncIterator[Out]:
-    subscription: Subscription = journal.subscribe(after)
+    subscription: Subscription | JournalTail = tail or journal.subscribe(after)
     async with subscription:
         if after:
             for entry in await journal.store.read_after(0, after):
@@ -606,9 +671,13 @@ def create_app(
     @app.post("/runs/<run_id>/stop")
     async def stop(run_id: str) -> Response:
         hosted = await host.find(run_id, _viewer_token(request.headers, request.args, query=False))
-        host.stop(hosted, "Stopped by a viewer.")
-        with trio.move_on_after(30):
-            await hosted.ended.wait()
+        if host.runs_elsewhere(hosted):
+            await host.forward(hosted, {"op": "stop", "reason": "Stopped by a viewer."})
+            await host.wait_archived_end(hosted, 30)
+        else:
+            host.stop(hosted, "Stopped by a viewer.")
+            with trio.move_on_after(30):
+                await hosted.ended.wait()
         document = {"run_id": run_id, "stopped": hosted.ended.is_set()}
         return Response(json.dumps(document), content_type="application/json")
 
@@ -618,6 +687,11 @@ def create_app(
         stream): `{"delegationId": ..., "text": ...}` and/or `"data": {...}`."""
         hosted = await host.find(run_id, _viewer_token(request.headers, request.args, query=False))
         delegation_id, text, data = _read_answer(await read_json())
+        if host.runs_elsewhere(hosted):
+            command = {"op": "answer", "delegation_id": delegation_id, "text": text, "data": data}
+            await host.forward(hosted, command)
+            document = {"run_id": run_id, "delegation_id": delegation_id, "forwarded": True}
+            return Response(json.dumps(document), status=202, content_type="application/json")
         if hosted.run is None or hosted.ended.is_set():
             raise HttpError(409, "run_ended", "The run has ended; there is nothing to answer.")
         try:
@@ -844,9 +918,9 @@ async def open_host(
 
     settings = {"shortcuts": config.shortcuts, **(mcp_settings or {})}
     async with (
-        open_store(config.store) as archive,
+        open_store(config.store) as store,
         DelegationEndpoint(**settings).serve() as endpoint,
-        Engine(agents, limits=config.limits, endpoints=endpoint, archive=archive) as engine,
+        Engine(agents, limits=config.limits, endpoints=endpoint, archive=store.archive) as engine,
         trio.open_nursery() as nursery,
     ):
         host = RunHost(
@@ -856,7 +930,10 @@ async def open_host(
             visibility=config.server.visibility,
             max_active_runs=config.server.max_active_runs,
             replay_retention=config.server.replay_retention_seconds,
+            shared=store.shared,
         )
+        if store.shared is not None:
+            await nursery.start(run_node, host, store.shared)
         try:
             yield host, endpoint
         finally:

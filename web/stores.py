@@ -14,11 +14,23 @@ import os
 import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
+from typing import cast
 
-from engine import RunArchive
+import attrs
+
+from engine import RunArchive, SharedRunArchive
 from web.config import StoreEntry
 
-__all__ = ["StoreOpenError", "describe_store", "node_name", "open_store"]
+__all__ = ["OpenStore", "StoreOpenError", "describe_store", "node_name", "open_store"]
+
+
+@attrs.frozen
+class OpenStore:
+    """An open run store: the archive the engine keeps runs in (None: memory), and the same
+    archive as one shared with other nodes (None unless Redis)."""
+
+    archive: RunArchive | None = None
+    shared: SharedRunArchive | None = None
 
 
 class StoreOpenError(Exception):
@@ -46,10 +58,10 @@ def describe_store(entry: StoreEntry, environ: Mapping[str, str] | None = None) 
 @asynccontextmanager
 async def open_store(
     entry: StoreEntry, environ: Mapping[str, str] | None = None
-) -> AsyncIterator[RunArchive | None]:
-    """The archive `entry` configures, open until the block ends (None for `memory`)."""
+) -> AsyncIterator[OpenStore]:
+    """The store `entry` configures, open until the block ends."""
     if entry.kind == "memory":
-        yield None
+        yield OpenStore()
         return
     if entry.kind == "sqlite":
         from adapters.sqlite_archive import ArchiveOpenError, open_sqlite_archive
@@ -63,7 +75,7 @@ async def open_store(
         except OSError as exc:
             raise StoreOpenError(f"the run store {path} cannot be opened: {exc}") from exc
         try:
-            yield archive
+            yield OpenStore(archive)
         finally:
             await cm.__aexit__(None, None, None)
         return
@@ -86,6 +98,7 @@ async def open_store(
     except OSError as exc:
         raise StoreOpenError(f"the Redis run store at {shown} cannot be reached: {exc}") from exc
     try:
-        yield redis_archive
+        shared = cast(SharedRunArchive, redis_archive)
+        yield OpenStore(shared, shared)
     finally:
         await rcm.__aexit__(None, None, None)

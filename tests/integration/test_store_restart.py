@@ -1,0 +1,152 @@
+"""A SQLite-backed `serve` killed mid-run (SIGKILL) and started again: what survives.
+
+Real parts: the `serve` process on its default store (the SQLite file of `$XDG_STATE_HOME`,
+private to the test), the fault-injecting a2a-sdk server (`hang`: tasks that work until
+cancelled), httpx as the viewer. The run is killed while both of the scripted parent's
+delegations are running on the remote; the second process must end the run with typed
+`interrupted` terminals, cancel both remote tasks from the ids it journaled, and give a viewer
+resuming with `Last-Event-ID` exactly what it missed, while a viewer starting over gets the
+whole run, valid AG-UI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+from adapters.agui import check_frames, parse_sse
+from tests.helpers.peers import A2AFaultyServer
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def _serve(config: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
+    """`serve` on `config`, port 0; yields the process, its URL and its banner lines."""
+    with subprocess.Popen(
+        [sys.executable, "-m", "cli", "serve", "--config", str(config), "--port", "0"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            banner = [proc.stdout.readline()]
+            assert banner[0].startswith("subagent-engine serving on http://127.0.0.1:"), banner
+            url = banner[0].split()[3]
+            for _ in range(3):
+                line = proc.stdout.readline()
+                banner.append(line)
+                if line.startswith("  runs kept in:"):
+                    break
+            recovered = proc.stdout.readline() if "runs kept in" in banner[-1] else ""
+            if recovered.startswith("  ended"):
+                banner.append(recovered)
+            yield proc, url, banner
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def _engine_events(response: httpx.Response) -> Iterator[tuple[int, dict[str, object]]]:
+    """(cursor, engine event) for each SSE event of a `?format=engine` stream, as it comes."""
+    cursor: int | None = None
+    data: list[str] = []
+    for line in response.iter_lines():
+        if line.startswith("id:"):
+            cursor = int(line[3:].strip())
+        elif line.startswith("data:"):
+            data.append(line[5:].strip())
+        elif line == "" and data:
+            assert cursor is not None
+            yield cursor, json.loads("\n".join(data))
+            data = []
+
+
+def test_a_killed_server_ends_its_runs_on_restart_and_resumed_viewers_complete(
+    tmp_path: Path, a2a_server: A2AFaultyServer
+) -> None:
+    card = a2a_server.card_url("hang")
+    config = tmp_path / "host.toml"
+    config.write_text(
+        f'[[agents]]\nkey = "research"\ncard_url = "{card}"\n\n'
+        f'[[agents]]\nkey = "review"\ncard_url = "{card}"\n'
+    )
+    store = Path(os.environ["XDG_STATE_HOME"]) / "subagent-engine" / "runs.sqlite3"
+    seen: list[tuple[int, dict[str, object]]] = []
+    with _serve(config) as (proc, url, banner):
+        assert f"runs kept in: sqlite {store}" in "".join(banner)
+        started = httpx.post(
+            f"{url}/runs",
+            json={"messages": [{"id": "1", "role": "user", "content": "restart me"}]},
+            timeout=10,
+        )
+        assert started.status_code == 201
+        run = started.json()
+        task_ids: dict[str, str] = {}
+        events_url = f"{url}{run['events_url']}?token={run['viewer_token']}&format=engine"
+        with httpx.stream("GET", events_url, timeout=30) as response:
+            for cursor, event in _engine_events(response):
+                seen.append((cursor, event))
+                delegation, task = event.get("delegation_id"), event.get("remote_task_id")
+                if isinstance(delegation, str) and isinstance(task, str):
+                    task_ids[delegation] = task
+                if len(task_ids) == 2:
+                    break
+        os.killpg(proc.pid, signal.SIGKILL)  # no cleanup of any kind
+        proc.wait()
+    assert store.exists()
+    assert not any(
+        c.get("task_id") in task_ids.values() for c in a2a_server.entries("hang", "cancels")
+    )  # the killed process cancelled nothing
+    last = seen[-1][0]
+
+    with _serve(config) as (_, url, banner):
+        assert f"ended 1 run(s) a stopped process left live ({run['run_id']})" in "".join(banner)
+        # Both remote tasks were cancelled from the journaled ids before anything listened.
+        cancelled = {c["task_id"] for c in a2a_server.entries("hang", "cancels")}
+        assert set(task_ids.values()) <= cancelled
+        # A viewer resuming after the last event it saw gets exactly what it missed.
+        resumed = httpx.get(
+            f"{url}{run['events_url']}?format=engine",
+            headers={
+                "authorization": f"Bearer {run['viewer_token']}",
+                "last-event-id": str(last),
+            },
+            timeout=30,
+        )
+        assert resumed.status_code == 200
+        rest = list(_engine_events(resumed))
+        assert rest[0][0] > last
+        kinds = [event["kind"] for _, event in rest]
+        assert kinds[-1] == "run.failed"
+        failed = [event for _, event in rest if event["kind"] == "subagent.failed"]
+        assert {event["delegation_id"] for event in failed} == set(task_ids)
+        for event in failed:
+            error = event["error"]
+            assert isinstance(error, dict) and error["code"] == "interrupted"
+            assert error["metadata"] == {"remote_cancel": "confirmed"}
+        # A viewer starting over gets the whole run, first event to terminal, valid AG-UI.
+        whole = httpx.get(f"{url}{run['events_url']}?token={run['viewer_token']}", timeout=30)
+        frames = parse_sse(whole.content)
+        assert check_frames(frames) == []
+        assert [event["type"] for _, event in frames][-1] == "RUN_ERROR"
+        # A resume at the terminal is over (204), and the wrong token finds nothing.
+        over = httpx.get(
+            f"{url}{run['events_url']}?token={run['viewer_token']}&after={rest[-1][0]}",
+            timeout=10,
+        )
+        assert over.status_code == 204
+        wrong = httpx.get(f"{url}{run['events_url']}?token=not-the-token", timeout=10)
+        assert wrong.status_code == 404
