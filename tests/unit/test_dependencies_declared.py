@@ -3,8 +3,9 @@
 A module that arrives only as some other package's dependency works until that package drops it,
 so each import must name its own distribution: the installed packages (engine, adapters, web,
 cli, demo) in `[project] dependencies`, except `engine.testing` (the kits a store or target author
-runs in their own tests), which may also use the `testing` extra; the uninstalled tooling (tools,
-tests, fuzz) uses those or the `dev` extra. The check reads every `import` statement with `ast`,
+runs in their own tests), which may also use the `testing` extra, and `adapters.redis_archive`,
+which may also use the `redis` extra; the uninstalled tooling (tools, tests, fuzz) uses those or
+the `dev` extra. The check reads every `import` statement with `ast`,
 maps each module to the distribution that installed it with `importlib.metadata`, and compares
 names normalised as in https://packaging.python.org/en/latest/specifications/name-normalization/.
 
@@ -33,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TOOLING = tuple(name for name in SCANNED if name not in INSTALLED)
 FIRST_PARTY = frozenset(SCANNED)
 KITS = ROOT / "engine" / "testing"
+REDIS_ARCHIVE = ROOT / "adapters" / "redis_archive"
 LOCK = ROOT / "requirements-dev.lock"
 
 
@@ -166,8 +168,15 @@ def stale_pins(wanted: Iterable[str], lock_text: str) -> list[str]:
 
 
 def test_installed_packages_import_only_declared_dependencies() -> None:
-    problems = undeclared((ROOT / name for name in INSTALLED), requirements(), skip=[KITS])
+    problems = undeclared(
+        (ROOT / name for name in INSTALLED), requirements(), skip=[KITS, REDIS_ARCHIVE]
+    )
     assert not problems, "\n".join(["add these to [project] dependencies:", *problems])
+
+
+def test_the_redis_archive_imports_only_dependencies_of_the_package_or_the_redis_extra() -> None:
+    problems = undeclared([REDIS_ARCHIVE], requirements() | requirements("redis"))
+    assert not problems, "\n".join(["add these to the redis extra:", *problems])
 
 
 def test_the_testing_kits_import_only_dependencies_of_the_package_or_the_testing_extra() -> None:

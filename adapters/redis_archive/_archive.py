@@ -1,0 +1,493 @@
+"""The Redis run archive: `engine.RunArchive` on Redis Streams, with coredis under Trio.
+
+This module moves bytes: `_layout` decides what is kept where (and how a journal's window
+evicts and retains), `_scripts` holds the atomic writes. Every call is bounded by the
+archive's `timeout`; a Redis that refuses, resets or does not answer in time surfaces as
+`ArchiveUnavailableError`, and the next call connects again (coredis's pool reconnects).
+Cancelling a call cancels its wait; a write already sent may still land, so after a failed or
+cancelled append the journal's state is read back from Redis before the next one.
+
+Writes of one run (journal appends, results) go through one lock per run in this process, so
+the audit records they fold are written in the order they were folded. A run's cached state
+(its window, its audit trail) is dropped when the run is closed, or when a write failed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from typing import Any, Final, cast
+
+import anyio
+import coredis
+import coredis.exceptions
+import trio
+from coredis.response.types import StreamEntry
+
+from adapters.redis_archive import _scripts
+from adapters.redis_archive._errors import (
+    ArchiveConflictError,
+    ArchiveDataError,
+    ArchiveError,
+    ArchiveUnavailableError,
+)
+from adapters.redis_archive._layout import (
+    FORMAT_NAME,
+    STATE_FIELDS,
+    VERSION_TEXT,
+    JournalWindow,
+    KeySpace,
+    check_meta,
+    decode_audit,
+    decode_entry,
+    decode_record,
+    encode_audit,
+    encode_record,
+    entry_id,
+)
+from engine import (
+    DelegationAudit,
+    DelegationAudits,
+    DelegationResult,
+    JournalEntry,
+    JournalStore,
+    RetentionPolicy,
+    RunRecord,
+    WireError,
+    replay_before_window,
+    result_from_json,
+    to_json,
+)
+
+__all__ = ["RedisJournalStore", "RedisRunArchive", "open_redis_archive"]
+
+#: Keys SCAN looks at per call when checking that a namespace without a marker is empty.
+_SCAN_COUNT: Final = 1000
+
+#: What a connection that broke looks like, from coredis, the socket or anyio's streams.
+_UNAVAILABLE: Final = (
+    coredis.exceptions.ConnectionError,
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+)
+
+
+class _RunState:
+    """This process's cache of one run's write state (see the module docstring)."""
+
+    __slots__ = ("audits", "lock", "window")
+
+    def __init__(self) -> None:
+        self.lock = trio.Lock()
+        self.window: JournalWindow | None = None
+        self.audits: DelegationAudits | None = None
+
+
+class RedisRunArchive:
+    """`engine.RunArchive` in Redis (see the package docstring); made by
+    `open_redis_archive`, usable while it is open."""
+
+    def __init__(
+        self, client: coredis.Redis[str], keys: KeySpace, *, node: str, timeout: float
+    ) -> None:
+        self.node = node
+        self.keys = keys
+        self.timeout = timeout
+        self._client = client
+        self._runs: dict[str, _RunState] = {}
+        self._append = client.register_script(_scripts.APPEND)
+        self._record_results = client.register_script(_scripts.RECORD_RESULTS)
+        self._open_run = client.register_script(_scripts.OPEN_RUN)
+        self._claim = client.register_script(_scripts.CLAIM_NAMESPACE)
+
+    # -- calls to Redis ------------------------------------------------------------------
+
+    @contextmanager
+    def _bounded(self, what: str, timeout: float | None = None) -> Iterator[None]:
+        """Run a call to Redis within the timeout, its failures as `ArchiveError`s."""
+        limit = self.timeout if timeout is None else timeout
+        try:
+            with trio.fail_after(limit):
+                yield
+        except ArchiveError:
+            raise
+        except trio.TooSlowError:
+            raise ArchiveUnavailableError(
+                f"{what}: no answer from Redis within {limit:g} s"
+            ) from None
+        except _UNAVAILABLE as exc:
+            raise ArchiveUnavailableError(f"{what}: Redis is unavailable: {exc}") from exc
+        except coredis.exceptions.RedisError as exc:
+            raise ArchiveError(f"{what}: Redis answered an error: {exc}") from exc
+
+    async def _check_namespace(self) -> None:
+        keys = self.keys
+        with self._bounded("opening the archive"):
+            meta = await self._client.hgetall(keys.meta)
+            if check_meta(meta, namespace_has_keys=False if meta else await self._any_key()):
+                return
+            claimed: Any = await self._claim(keys=[keys.meta], args=[FORMAT_NAME, VERSION_TEXT])
+        # Another process may have claimed it in between: check what stands.
+        check_meta(_pairs(claimed), namespace_has_keys=True)
+
+    async def _any_key(self) -> bool:
+        cursor = 0
+        while True:
+            cursor, found = await self._client.scan(
+                cursor, match=self.keys.pattern, count=_SCAN_COUNT
+            )
+            if found:
+                return True
+            if cursor == 0:
+                return False
+
+    def _state(self, run_id: str) -> _RunState:
+        state = self._runs.get(run_id)
+        if state is None:
+            state = self._runs[run_id] = _RunState()
+        return state
+
+    async def _load_audits(self, run_id: str, state: _RunState) -> DelegationAudits:
+        if state.audits is None:
+            records = await self._read_ordered(self.keys.audits(run_id), decode_audit)
+            record = await self.run(run_id)
+            thread_id = record.thread_id if record is not None else None
+            state.audits = DelegationAudits(run_id, thread_id, records=records)
+        return state.audits
+
+    async def _load_window(self, run_id: str, state: _RunState) -> JournalWindow:
+        if state.window is None:
+            fields = await self._client.hmget(self.keys.run(run_id), list(STATE_FIELDS))
+            first = fields[1] if fields[1] is not None else "1"
+            if not first.isdigit():
+                raise ArchiveDataError(f"run {run_id}: malformed window start {first!r}")
+            entries = await self._client.xrange(
+                self.keys.journal(run_id), entry_id(int(first)), "+"
+            )
+            state.window = JournalWindow.load(list(fields), _stream_entries(entries))
+        return state.window
+
+    async def _read_ordered(self, keys: tuple[str, str], decode: Any) -> list[Any]:
+        hash_key, order_key = keys
+        async with self._client.pipeline(transaction=True) as pipe:
+            order = pipe.zrange(order_key, 0, -1)
+            values = pipe.hgetall(hash_key)
+        by_id = await values
+        return [decode(by_id[name]) for name in await order if name in by_id]
+
+    # -- the journal -----------------------------------------------------------------------
+
+    def journal_store(self, run_id: str, policy: RetentionPolicy) -> JournalStore:
+        return RedisJournalStore(self, run_id, policy)
+
+    async def _append_entries(
+        self, run_id: str, entries: Sequence[JournalEntry], policy: RetentionPolicy
+    ) -> None:
+        if not entries:
+            return
+        state = self._state(run_id)
+        async with state.lock:
+            with self._bounded(f"appending to run {run_id}"):
+                try:
+                    await self._append_locked(run_id, state, entries, policy)
+                except BaseException:
+                    # What reached Redis is unknown: read the state back before the next write.
+                    state.window = state.audits = None
+                    raise
+
+    async def _append_locked(
+        self,
+        run_id: str,
+        state: _RunState,
+        entries: Sequence[JournalEntry],
+        policy: RetentionPolicy,
+    ) -> None:
+        window = await self._load_window(run_id, state)
+        audits = await self._load_audits(run_id, state)
+        previous_head = window.head
+        try:
+            plan = window.plan(entries, policy)
+        except ValueError as exc:
+            raise ArchiveConflictError(f"run {run_id}: {exc}") from None
+        changed = audits.fold(entries)
+        args: list[str | int] = [
+            str(previous_head),
+            VERSION_TEXT,
+            len(plan.entries),
+            len(plan.deletes),
+            plan.overflow,
+            len(changed),
+            len(plan.state),
+        ]
+        for fields in plan.entries:
+            args.extend(fields)
+        args.extend(plan.deletes)
+        for audit in changed:
+            args += [audit.delegation_id, encode_audit(audit)]
+        for name, value in plan.state.items():
+            args += [name, value]
+        audits_key, audits_order = self.keys.audits(run_id)
+        keys = [self.keys.run(run_id), self.keys.journal(run_id), audits_key, audits_order]
+        try:
+            await self._append(keys=keys, args=args)
+        except coredis.exceptions.ResponseError as exc:
+            if str(exc).startswith("CONFLICT"):
+                raise ArchiveConflictError(f"run {run_id}: {exc}") from None
+            raise
+
+    async def _read_after(self, run_id: str, after: int, max_entries: int) -> list[JournalEntry]:
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError(f"after must be an integer >= 0, got {after!r}")
+        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
+            raise ValueError(f"max_entries must be an integer >= 1, got {max_entries!r}")
+        with self._bounded(f"reading run {run_id}"):
+            # One snapshot: the window's first cursor and the entries after `after` (each item
+            # of the answer, gap or entry, takes at least one of them).
+            async with self._client.pipeline(transaction=True) as pipe:
+                first = pipe.hget(self.keys.run(run_id), "first")
+                found = pipe.xrange(
+                    self.keys.journal(run_id), entry_id(after + 1), "+", count=max_entries
+                )
+            first_text, stream_entries = await first, await found
+        try:
+            window_first = int(first_text) if first_text is not None else 1
+        except ValueError:
+            raise ArchiveDataError(f"run {run_id}: malformed window start {first_text!r}") from None
+        entries = [decode_entry(*entry) for entry in _stream_entries(stream_entries)]
+        before = [entry for entry in entries if entry.cursor < window_first]
+        out = replay_before_window(run_id, after, window_first, before, max_entries)
+        out.extend(
+            [entry for entry in entries if entry.cursor >= window_first][
+                : max(0, max_entries - len(out))
+            ]
+        )
+        return out
+
+    async def wait_entries(
+        self,
+        run_id: str,
+        after: int,
+        timeout: float,  # noqa: ASYNC109 (Redis waits: XREAD BLOCK takes it, not a cancel scope)
+    ) -> bool:
+        """Wait until the run's journal holds an entry with a cursor above `after`, at most
+        `timeout` seconds (a blocking XREAD: no polling). True once there is one, False when
+        the timeout passed first. For viewers of a run that another node writes."""
+        if isinstance(after, bool) or not isinstance(after, int) or after < 0:
+            raise ValueError(f"after must be an integer >= 0, got {after!r}")
+        if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
+        block_ms = max(1, math.ceil(timeout * 1000))
+        with self._bounded(f"waiting on run {run_id}", timeout=timeout + self.timeout):
+            found = await self._client.xread(
+                {self.keys.journal(run_id): entry_id(after)}, count=1, block=block_ms
+            )
+        return bool(found)
+
+    # -- runs, results, audits ------------------------------------------------------------
+
+    async def open_run(self, record: RunRecord) -> None:
+        keys = self.keys
+        fields = encode_record(record)
+        args: list[str] = [record.run_id]
+        for name, value in fields.items():
+            args += [name, value]
+        with self._bounded(f"opening run {record.run_id}"):
+            try:
+                await self._open_run(
+                    keys=[
+                        keys.run(record.run_id),
+                        keys.live(),
+                        keys.live(record.node),
+                        keys.opened,
+                    ],
+                    args=args,
+                )
+            except coredis.exceptions.ResponseError as exc:
+                if str(exc).startswith("EXISTS"):
+                    raise ValueError(f"run {record.run_id!r} is already archived") from None
+                raise
+
+    async def record_results(self, run_id: str, results: Sequence[DelegationResult]) -> None:
+        if not results:
+            return
+        state = self._state(run_id)
+        async with state.lock:
+            with self._bounded(f"recording results of run {run_id}"):
+                try:
+                    audits = await self._load_audits(run_id, state)
+                    latest = {result.delegation_id: result for result in results}
+                    changed = {r.delegation_id: audits.with_result(r) for r in results}
+                    args: list[str | int] = [len(latest)]
+                    for delegation_id, result in latest.items():
+                        args += [delegation_id, to_json(result)]
+                    for delegation_id, audit in changed.items():
+                        args += [delegation_id, encode_audit(audit)]
+                    await self._record_results(
+                        keys=[*self.keys.results(run_id), *self.keys.audits(run_id)], args=args
+                    )
+                except BaseException:
+                    state.audits = None
+                    raise
+
+    async def close_run(self, run_id: str, outcome: str, ended_at: float) -> None:
+        run_key = self.keys.run(run_id)
+        with self._bounded(f"closing run {run_id}"):
+            exists, node = await self._client.hmget(run_key, ["record", "node"])
+            if exists is None:
+                return
+            async with self._client.pipeline(transaction=True) as pipe:
+                pipe.hset(run_key, {"outcome": outcome, "ended_at": repr(float(ended_at))})
+                pipe.zrem(self.keys.live(), [run_id])
+                pipe.zrem(self.keys.live(node or ""), [run_id])
+        self._runs.pop(run_id, None)
+
+    async def run(self, run_id: str) -> RunRecord | None:
+        with self._bounded(f"reading run {run_id}"):
+            fields = await self._client.hmget(
+                self.keys.run(run_id), ["record", "outcome", "ended_at", "v"]
+            )
+        record, outcome, ended_at, version = fields
+        if record is None:
+            return None
+        return decode_record(record, outcome, ended_at, version)
+
+    async def head(self, run_id: str) -> int:
+        with self._bounded(f"reading run {run_id}"):
+            head = await self._client.hget(self.keys.run(run_id), "head")
+        if head is None:
+            return 0
+        if not head.isdigit():
+            raise ArchiveDataError(f"run {run_id}: malformed head {head!r}")
+        return int(head)
+
+    async def results(self, run_id: str) -> list[DelegationResult]:
+        with self._bounded(f"reading results of run {run_id}"):
+            return await self._read_ordered(self.keys.results(run_id), _decode_result)
+
+    async def audits(self, run_id: str) -> list[DelegationAudit]:
+        with self._bounded(f"reading audits of run {run_id}"):
+            return await self._read_ordered(self.keys.audits(run_id), decode_audit)
+
+    async def live_runs(self, node: str | None = None) -> list[RunRecord]:
+        with self._bounded("listing live runs"):
+            run_ids = await self._client.zrange(self.keys.live(node), 0, -1)
+            if not run_ids:
+                return []
+            async with self._client.pipeline(transaction=False) as pipe:
+                pending = [
+                    pipe.hmget(self.keys.run(run_id), ["record", "outcome", "ended_at", "v"])
+                    for run_id in run_ids
+                ]
+            rows = [await fields for fields in pending]
+        return [
+            decode_record(record, outcome, ended_at, version)
+            for record, outcome, ended_at, version in rows
+            if record is not None and outcome is None
+        ]
+
+
+class RedisJournalStore:
+    """One run's `engine.JournalStore` in a `RedisRunArchive` (see `_layout` for how the
+    stream holds the window and what is retained before it). Appends also fold the run's
+    audit trail, in the same atomic write."""
+
+    def __init__(self, archive: RedisRunArchive, run_id: str, policy: RetentionPolicy) -> None:
+        self.archive = archive
+        self.run_id = run_id
+        self.policy = policy
+
+    async def append(self, entries: Sequence[JournalEntry]) -> None:
+        await self.archive._append_entries(self.run_id, entries, self.policy)
+
+    async def read_after(self, cursor: int, max_entries: int) -> list[JournalEntry]:
+        return await self.archive._read_after(self.run_id, cursor, max_entries)
+
+
+def _stream_entries(entries: Iterable[StreamEntry]) -> Iterator[tuple[str, Mapping[str, str]]]:
+    """(id, fields) of stream entries (the client decodes replies to `str`)."""
+    for entry in entries:
+        yield cast(str, entry.identifier), cast(Mapping[str, str], entry.field_values)
+
+
+def _only(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The one exception at the bottom of nested single-exception groups, if that is all."""
+    exc: BaseException = group
+    while isinstance(exc, BaseExceptionGroup):
+        if len(exc.exceptions) != 1:
+            return None
+        exc = exc.exceptions[0]
+    return exc
+
+
+def _pairs(reply: Any) -> dict[str, str]:
+    """A hash from a script's flat HGETALL reply."""
+    if isinstance(reply, Mapping):
+        return {str(k): str(v) for k, v in reply.items()}
+    items = list(reply or ())
+    return {str(items[i]): str(items[i + 1]) for i in range(0, len(items) - 1, 2)}
+
+
+def _decode_result(text: str) -> DelegationResult:
+    try:
+        return result_from_json(text)
+    except WireError as exc:
+        raise ArchiveDataError(f"a delegation result: {exc}") from None
+
+
+@asynccontextmanager
+async def open_redis_archive(
+    url: str,
+    *,
+    node: str = "",
+    namespace: str = "subagent-engine",
+    call_timeout: float = 5.0,
+    max_connections: int = 64,
+) -> AsyncIterator[RedisRunArchive]:
+    """Open the run archive kept in the Redis at `url` (`redis://host:port/db`), under the key
+    prefix `namespace`, as `node`; closes its connections on exit.
+
+    `call_timeout`: the longest any call waits for Redis (connecting included), in seconds.
+    `max_connections`: the connection pool's bound (each `wait_entries` holds one while it
+    waits). On opening, a namespace that holds keys without this archive's marker, or a marker
+    of another owner or format version, raises `ArchiveOpenError` and nothing is written; a
+    Redis that does not answer raises `ArchiveUnavailableError`.
+    """
+    keys = KeySpace(namespace)
+    if not isinstance(node, str):
+        raise TypeError(f"node must be a string, got {type(node).__name__}")
+    if (
+        not isinstance(call_timeout, int | float)
+        or not math.isfinite(call_timeout)
+        or call_timeout <= 0
+    ):
+        raise ValueError(f"call_timeout must be a positive number of seconds: {call_timeout!r}")
+    scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
+    if scheme not in ("redis", "rediss", "unix"):
+        raise ValueError(f"not a Redis URL (redis://, rediss:// or unix://): {url!r}")
+    try:
+        client: coredis.Redis[str] = coredis.Redis.from_url(
+            url,
+            decode_responses=True,
+            connect_timeout=call_timeout,
+            max_connections=max_connections,
+        )
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ValueError(f"not a Redis URL: {url!r} ({exc})") from None
+    raised: BaseException | None = None
+    try:
+        async with client:
+            try:
+                archive = RedisRunArchive(client, keys, node=node, timeout=call_timeout)
+                await archive._check_namespace()
+                yield archive
+            except BaseException as exc:
+                raised = exc
+                raise
+    except BaseExceptionGroup as group:
+        # The pool's task group wraps what left its block: give the block's own exception back.
+        if raised is not None and _only(group) is raised:
+            raise raised from None
+        raise

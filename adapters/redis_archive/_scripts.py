@@ -1,0 +1,123 @@
+"""The Lua scripts of the Redis run archive: the writes that must be atomic, one round trip each.
+
+A script runs on the server without interleaving with any other command, so a journal batch,
+the window's eviction, the journal's new state and the audit records it changed land together
+or (when the guard refuses) not at all. The scripts only carry out what `_layout` decided; they
+decide nothing about retention. Each returns an error reply starting with an upper-case word
+(`CONFLICT`, `EXISTS`) for the refusals the archive tells apart.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["APPEND", "CLAIM_NAMESPACE", "OPEN_RUN", "RECORD_RESULTS"]
+
+#: Keep one delegation's record in a hash and its first-write order in a sorted set.
+_PUT_ORDERED: Final = """
+local function put_ordered(hash, order, field, value)
+  redis.call('HSET', hash, field, value)
+  if not redis.call('ZSCORE', order, field) then
+    redis.call('ZADD', order, redis.call('ZCARD', order), field)
+  end
+end
+"""
+
+#: Delete stream ids ARGV[from .. from + count - 1], in chunks (Lua's stack is bounded).
+_DELETE_IDS: Final = """
+local function delete_ids(stream, from, count)
+  local last = from + count - 1
+  while from <= last do
+    local upto = math.min(from + 999, last)
+    redis.call('XDEL', stream, unpack(ARGV, from, upto))
+    from = upto + 1
+  end
+end
+"""
+
+#: One journal batch. KEYS: run hash, stream, audits hash, audits order.
+#: ARGV: expected head, version, #entries, #deletes, overflow, #audits, #state fields, then
+#: per entry (id, weight, keep, event JSON), the ids to delete, per audit (delegation id,
+#: JSON), per state field (name, value).
+APPEND: Final = (
+    _PUT_ORDERED
+    + _DELETE_IDS
+    + """
+local head = redis.call('HGET', KEYS[1], 'head') or '0'
+if head ~= ARGV[1] then
+  return redis.error_reply('CONFLICT the journal head is ' .. head .. ', not ' .. ARGV[1])
+end
+local version = ARGV[2]
+local entries, deletes, overflow = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local audits, fields = tonumber(ARGV[6]), tonumber(ARGV[7])
+local i = 8
+for _ = 1, entries do
+  redis.call('XADD', KEYS[2], ARGV[i], 'v', version, 'w', ARGV[i + 1], 'k', ARGV[i + 2],
+    'e', ARGV[i + 3])
+  i = i + 4
+end
+if deletes > 0 then
+  delete_ids(KEYS[2], i, deletes)
+  i = i + deletes
+end
+if overflow > 0 then
+  local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', overflow)
+  for _, entry in ipairs(oldest) do
+    redis.call('XDEL', KEYS[2], entry[1])
+  end
+end
+for _ = 1, audits do
+  put_ordered(KEYS[3], KEYS[4], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+for _ = 1, fields do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+return entries
+"""
+)
+
+#: Results and the audit records they changed. KEYS: results hash, results order, audits
+#: hash, audits order. ARGV: #results, then per result (delegation id, JSON), then per audit
+#: (delegation id, JSON).
+RECORD_RESULTS: Final = (
+    _PUT_ORDERED
+    + """
+local results = tonumber(ARGV[1])
+local i = 2
+for _ = 1, results do
+  put_ordered(KEYS[1], KEYS[2], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+while i < #ARGV do
+  put_ordered(KEYS[3], KEYS[4], ARGV[i], ARGV[i + 1])
+  i = i + 2
+end
+return results
+"""
+)
+
+#: A new live run. KEYS: run hash, live runs, the node's live runs, runs opened.
+#: ARGV: run id, then the record's hash fields (name, value).
+OPEN_RUN: Final = """
+if redis.call('HEXISTS', KEYS[1], 'record') == 1 then
+  return redis.error_reply('EXISTS run ' .. ARGV[1] .. ' is already archived')
+end
+for i = 2, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+local order = redis.call('INCR', KEYS[4])
+redis.call('ZADD', KEYS[2], order, ARGV[1])
+redis.call('ZADD', KEYS[3], order, ARGV[1])
+return order
+"""
+
+#: Write the format marker unless there is one. KEYS: meta. ARGV: name, version.
+#: Returns the marker as it stands.
+CLAIM_NAMESPACE: Final = """
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  redis.call('HSET', KEYS[1], 'name', ARGV[1], 'version', ARGV[2])
+end
+return redis.call('HGETALL', KEYS[1])
+"""
