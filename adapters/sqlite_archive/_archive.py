@@ -105,6 +105,7 @@ class SqliteRunArchive:
         self._limiter = trio.CapacityLimiter(1)
         self._queue: list[Write] = []
         self._wakeup = trio.Event()
+        self._committed = trio.Event()  # set (and replaced) after each commit
         self._closing = False
         self._commits = 0
         self._committed_writes = 0
@@ -139,6 +140,17 @@ class SqliteRunArchive:
 
     async def live_runs(self, node: str | None = None) -> list[RunRecord]:
         return await self._read(self._tables.live_runs, node)
+
+    async def wait_entries(self, run_id: str, after: int, within: float) -> bool:
+        """Wait at most `within` seconds for the run's journal to hold an entry after `after`;
+        True once it does. Only this process writes the file, so each commit wakes the wait."""
+        with trio.move_on_after(within):
+            while True:
+                committed = self._committed  # taken before reading, so no commit is missed
+                if await self.head(run_id) > after:
+                    return True
+                await committed.wait()
+        return await self.head(run_id) > after
 
     def statistics(self) -> ArchiveStatistics:
         return ArchiveStatistics(
@@ -183,6 +195,8 @@ class SqliteRunArchive:
             self._failed_commits += 1
         for write in batch:
             write.done.set()
+        self._committed.set()
+        self._committed = trio.Event()
 
     async def _committer(self) -> None:
         """Commit what is queued, group by group, until the archive closes."""

@@ -117,9 +117,11 @@ class ArchiveStorageError(OSError):
 
 
 class ArchiveLock:
-    """An exclusive `flock` on `<path>.lock`, holding the owner's pid, until `release()`."""
+    """An exclusive `flock` on `<path>.lock`, holding the owner's pid, until `release()`.
+    The directory of `db_path` is created (mode 0o700) if missing."""
 
     def __init__(self, db_path: Path) -> None:
+        db_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = Path(f"{db_path}.lock")
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
@@ -184,7 +186,6 @@ def connect(path: Path) -> sqlite3.Connection:
     Raises `ArchiveOpenError` for a file that is not ours; the file is then untouched.
     The connection may be used from any thread, one at a time (the caller serializes).
     """
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fresh = False
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
