@@ -463,6 +463,25 @@ async def test_a_write_failing_midway_leaves_nothing_behind_in_tables_or_caches(
         assert (audit.status, audit.remote_task_id) == (Status.COMPLETED, "t-1")
 
 
+async def test_rows_of_an_unknown_format_are_refused_on_reading(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    async with open_sqlite_archive(path) as archive:
+        await _write_the_same(archive)
+    with sqlite3.connect(path) as conn:
+        for table in ("entries", "results", "audits", "runs"):
+            conn.execute(f"UPDATE {table} SET format = {ARCHIVE_FORMAT_VERSION + 1}")
+    conn.close()
+    async with open_sqlite_archive(path) as archive:
+        with pytest.raises(ArchiveStorageError, match="format 2"):
+            await archive.journal_store("run-1", POLICY).read_after(0, 10)
+        with pytest.raises(ArchiveStorageError, match="format 2"):
+            await archive.results("run-1")
+        with pytest.raises(ArchiveStorageError, match="format 2"):
+            await archive.audits("run-1")
+        with pytest.raises(ArchiveStorageError, match="format 2"):
+            await archive.live_runs()
+
+
 # -- opening ---------------------------------------------------------------------------------
 
 
