@@ -14,6 +14,8 @@ the audit records they fold are written in the order they were folded. A run's c
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -24,6 +26,7 @@ import coredis
 import coredis.exceptions
 import trio
 from coredis.response.types import StreamEntry
+from coredis.tokens import PureToken
 
 from adapters.redis_archive import _scripts
 from adapters.redis_archive._errors import (
@@ -62,6 +65,8 @@ from engine import (
 
 __all__ = ["RedisJournalStore", "RedisRunArchive", "open_redis_archive"]
 
+log = logging.getLogger(__name__)
+
 #: Keys SCAN looks at per call when checking that a namespace without a marker is empty.
 _SCAN_COUNT: Final = 1000
 
@@ -87,21 +92,34 @@ class _RunState:
 
 
 class RedisRunArchive:
-    """`engine.RunArchive` in Redis (see the package docstring); made by
+    """`engine.SharedRunArchive` in Redis (see the package docstring): the run archive of
+    every node sharing the Redis, their leases and their command queues. Made by
     `open_redis_archive`, usable while it is open."""
 
     def __init__(
-        self, client: coredis.Redis[str], keys: KeySpace, *, node: str, timeout: float
+        self,
+        client: coredis.Redis[str],
+        keys: KeySpace,
+        *,
+        node: str,
+        timeout: float,
+        lease_seconds: float,
+        max_commands: int,
     ) -> None:
         self.node = node
         self.keys = keys
         self.timeout = timeout
+        #: How long this node's lease lasts unless renewed.
+        self.lease_seconds = lease_seconds
+        #: How many commands a node's queue keeps (the oldest are dropped first).
+        self.max_commands = max_commands
         self._client = client
         self._runs: dict[str, _RunState] = {}
         self._append = client.register_script(_scripts.APPEND)
         self._record_results = client.register_script(_scripts.RECORD_RESULTS)
         self._open_run = client.register_script(_scripts.OPEN_RUN)
         self._claim = client.register_script(_scripts.CLAIM_NAMESPACE)
+        self._queue_command = client.register_script(_scripts.QUEUE_COMMAND)
 
     # -- calls to Redis ------------------------------------------------------------------
 
@@ -266,25 +284,97 @@ class RedisRunArchive:
         )
         return out
 
-    async def wait_entries(
-        self,
-        run_id: str,
-        after: int,
-        timeout: float,  # noqa: ASYNC109 (Redis waits: XREAD BLOCK takes it, not a cancel scope)
-    ) -> bool:
+    async def wait_entries(self, run_id: str, after: int, within: float) -> bool:
         """Wait until the run's journal holds an entry with a cursor above `after`, at most
-        `timeout` seconds (a blocking XREAD: no polling). True once there is one, False when
-        the timeout passed first. For viewers of a run that another node writes."""
+        `within` seconds (a blocking XREAD: Redis wakes it, nothing polls). True once there is
+        one, False when `within` passed first. For viewers of a run another node writes."""
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be an integer >= 0, got {after!r}")
-        if not isinstance(timeout, int | float) or not math.isfinite(timeout) or timeout <= 0:
-            raise ValueError(f"timeout must be a positive number of seconds, got {timeout!r}")
-        block_ms = max(1, math.ceil(timeout * 1000))
-        with self._bounded(f"waiting on run {run_id}", timeout=timeout + self.timeout):
+        block_ms = _milliseconds(within, "within")
+        with self._bounded(f"waiting on run {run_id}", timeout=within + self.timeout):
             found = await self._client.xread(
                 {self.keys.journal(run_id): entry_id(after)}, count=1, block=block_ms
             )
         return bool(found)
+
+    # -- nodes sharing the archive -----------------------------------------------------------
+
+    async def renew_lease(self) -> None:
+        """Take or renew this node's lease: it lasts `lease_seconds` from now."""
+        with self._bounded("renewing the lease"):
+            await self._client.set(
+                self.keys.lease(self.node), "1", px=_milliseconds(self.lease_seconds, "lease")
+            )
+
+    async def drop_lease(self) -> None:
+        """Give the lease up at once (a clean shutdown: survivors need not wait it out)."""
+        with self._bounded("dropping the lease"):
+            await self._client.delete([self.keys.lease(self.node)])
+
+    async def lost_nodes(self) -> list[str]:
+        """The nodes other than this one that own live runs and hold no lease, sorted."""
+        with self._bounded("looking for lost nodes"):
+            run_ids = await self._client.zrange(self.keys.live(), 0, -1)
+            if not run_ids:
+                return []
+            async with self._client.pipeline(transaction=False) as pipe:
+                owners = [pipe.hget(self.keys.run(run_id), "node") for run_id in run_ids]
+            nodes = sorted({node for node in [await o for o in owners] if node is not None})
+            nodes = [node for node in nodes if node != self.node]
+            if not nodes:
+                return []
+            async with self._client.pipeline(transaction=False) as pipe:
+                leases = [pipe.exists([self.keys.lease(node)]) for node in nodes]
+            held = [await lease for lease in leases]
+        return [node for node, count in zip(nodes, held, strict=True) if count == 0]
+
+    async def claim_node(self, node: str) -> bool:
+        """Take the right to end `node`'s runs for `lease_seconds` (one survivor gets it);
+        False if another node holds it."""
+        with self._bounded(f"claiming node {node}"):
+            taken = await self._client.set(
+                self.keys.claim(node),
+                self.node,
+                condition=PureToken.NX,
+                px=_milliseconds(self.lease_seconds, "lease"),
+            )
+        return bool(taken)
+
+    async def send_command(self, node: str, command: Mapping[str, Any]) -> None:
+        """Queue a JSON object for `node`; past `max_commands` queued, the oldest are dropped."""
+        if not isinstance(command, Mapping):
+            raise TypeError(f"a command is a mapping, not {type(command).__name__}")
+        text = _json_command(command)
+        with self._bounded(f"sending a command to node {node}"):
+            await self._queue_command(
+                keys=[self.keys.commands(node)], args=[text, self.max_commands]
+            )
+
+    async def next_commands(self, within: float) -> list[dict[str, Any]]:
+        """This node's queued commands, oldest first, waiting at most `within` seconds for
+        one (BLMPOP: each is taken off the queue, so delivered once). A queued value that is
+        not a JSON object is logged and dropped."""
+        block = _milliseconds(within, "within") / 1000
+        with self._bounded("reading this node's commands", timeout=within + self.timeout):
+            popped = await self._client.blmpop(
+                [self.keys.commands(self.node)],
+                block,
+                PureToken.LEFT,
+                count=self.max_commands,
+            )
+        if not popped:
+            return []
+        commands: list[dict[str, Any]] = []
+        for text in popped[1]:
+            try:
+                command = json.loads(text)
+            except ValueError:
+                command = None
+            if isinstance(command, dict):
+                commands.append(command)
+            else:
+                log.warning("dropped a queued command that is not a JSON object: %.200r", text)
+        return commands
 
     # -- runs, results, audits ------------------------------------------------------------
 
@@ -412,6 +502,24 @@ def _stream_entries(entries: Iterable[StreamEntry]) -> Iterator[tuple[str, Mappi
         yield cast(str, entry.identifier), cast(Mapping[str, str], entry.field_values)
 
 
+def _milliseconds(seconds: float, name: str) -> int:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise ValueError(f"{name} must be a positive number of seconds, got {seconds!r}")
+    return max(1, math.ceil(seconds * 1000))
+
+
+def _json_command(command: Mapping[str, Any]) -> str:
+    try:
+        return json.dumps(dict(command), separators=(",", ":"), allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"a command must be JSON: {exc}") from None
+
+
 def _only(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
     """The one exception at the bottom of nested single-exception groups, if that is all."""
     exc: BaseException = group
@@ -444,26 +552,29 @@ async def open_redis_archive(
     node: str = "",
     namespace: str = "subagent-engine",
     call_timeout: float = 5.0,
+    lease_seconds: float = 15.0,
+    max_commands: int = 1000,
     max_connections: int = 64,
 ) -> AsyncIterator[RedisRunArchive]:
     """Open the run archive kept in the Redis at `url` (`redis://host:port/db`), under the key
     prefix `namespace`, as `node`; closes its connections on exit.
 
     `call_timeout`: the longest any call waits for Redis (connecting included), in seconds.
-    `max_connections`: the connection pool's bound (each `wait_entries` holds one while it
-    waits). On opening, a namespace that holds keys without this archive's marker, or a marker
-    of another owner or format version, raises `ArchiveOpenError` and nothing is written; a
-    Redis that does not answer raises `ArchiveUnavailableError`.
+    `lease_seconds`: how long this node's lease lasts unless renewed (`renew_lease`).
+    `max_commands`: how many commands a node's queue keeps. `max_connections`: the connection
+    pool's bound (each `wait_entries` and `next_commands` holds one while it waits).
+
+    On opening, a namespace that holds keys without this archive's marker, or a marker of
+    another owner or format version, raises `ArchiveOpenError` and nothing is written; a Redis
+    that does not answer raises `ArchiveUnavailableError`.
     """
     keys = KeySpace(namespace)
     if not isinstance(node, str):
         raise TypeError(f"node must be a string, got {type(node).__name__}")
-    if (
-        not isinstance(call_timeout, int | float)
-        or not math.isfinite(call_timeout)
-        or call_timeout <= 0
-    ):
-        raise ValueError(f"call_timeout must be a positive number of seconds: {call_timeout!r}")
+    _milliseconds(call_timeout, "call_timeout")
+    _milliseconds(lease_seconds, "lease_seconds")
+    if isinstance(max_commands, bool) or not isinstance(max_commands, int) or max_commands < 1:
+        raise ValueError(f"max_commands must be an integer >= 1, got {max_commands!r}")
     scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
     if scheme not in ("redis", "rediss", "unix"):
         raise ValueError(f"not a Redis URL (redis://, rediss:// or unix://): {url!r}")
@@ -480,7 +591,14 @@ async def open_redis_archive(
     try:
         async with client:
             try:
-                archive = RedisRunArchive(client, keys, node=node, timeout=call_timeout)
+                archive = RedisRunArchive(
+                    client,
+                    keys,
+                    node=node,
+                    timeout=call_timeout,
+                    lease_seconds=lease_seconds,
+                    max_commands=max_commands,
+                )
                 await archive._check_namespace()
                 yield archive
             except BaseException as exc:

@@ -17,6 +17,9 @@ Sans-IO: nothing here talks to Redis. It owns the data layout under a namespace 
   each with a sorted set (`:results:order`, `:audits:order`) giving the delegations' order.
 - `{ns}:live` and `{ns}:live:<node>`: sorted sets of the live runs (of all nodes, of one),
   scored by opening order (`{ns}:opened` counts the runs opened).
+- `{ns}:lease:<node>`: a node's lease, a string that expires unless renewed;
+  `{ns}:claim:<node>`: which survivor ends a lost node's runs (expiring too);
+  `{ns}:commands:<node>`: a list, the JSON commands other nodes queued for it, oldest first.
 
 The run id sits in a hash tag (`{...}`), so one run's keys share a cluster slot.
 
@@ -105,6 +108,15 @@ class KeySpace:
 
     def live(self, node: str | None = None) -> str:
         return f"{self.namespace}:live" if node is None else f"{self.namespace}:live:{node}"
+
+    def lease(self, node: str) -> str:
+        return f"{self.namespace}:lease:{node}"
+
+    def claim(self, node: str) -> str:
+        return f"{self.namespace}:claim:{node}"
+
+    def commands(self, node: str) -> str:
+        return f"{self.namespace}:commands:{node}"
 
     def run(self, run_id: str) -> str:
         return f"{self.namespace}:run:{{{run_id}}}"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPEND", "CLAIM_NAMESPACE", "OPEN_RUN", "RECORD_RESULTS"]
+__all__ = ["APPEND", "CLAIM_NAMESPACE", "OPEN_RUN", "QUEUE_COMMAND", "RECORD_RESULTS"]
 
 #: Keep one delegation's record in a hash and its first-write order in a sorted set.
 _PUT_ORDERED: Final = """
@@ -35,7 +35,9 @@ local function delete_ids(stream, from, count)
 end
 """
 
-#: One journal batch. KEYS: run hash, stream, audits hash, audits order.
+#: One journal batch, refused once the run was closed (another node may have ended it) or when
+#: the stored head is not the one the batch continues. KEYS: run hash, stream, audits hash,
+#: audits order.
 #: ARGV: expected head, version, #entries, #deletes, overflow, #audits, #state fields, then
 #: per entry (id, weight, keep, event JSON), the ids to delete, per audit (delegation id,
 #: JSON), per state field (name, value).
@@ -43,6 +45,9 @@ APPEND: Final = (
     _PUT_ORDERED
     + _DELETE_IDS
     + """
+if redis.call('HEXISTS', KEYS[1], 'outcome') == 1 then
+  return redis.error_reply('CONFLICT the run has ended: its journal takes no more entries')
+end
 local head = redis.call('HGET', KEYS[1], 'head') or '0'
 if head ~= ARGV[1] then
   return redis.error_reply('CONFLICT the journal head is ' .. head .. ', not ' .. ARGV[1])
@@ -120,4 +125,11 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
   redis.call('HSET', KEYS[1], 'name', ARGV[1], 'version', ARGV[2])
 end
 return redis.call('HGETALL', KEYS[1])
+"""
+
+#: Queue a command, keeping the newest ARGV[2] of them. KEYS: the queue. ARGV: JSON, bound.
+QUEUE_COMMAND: Final = """
+redis.call('RPUSH', KEYS[1], ARGV[1])
+redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
+return 1
 """

@@ -39,6 +39,7 @@ from engine import (
     RetentionPolicy,
     RunArchive,
     RunRecord,
+    SharedRunArchive,
     Status,
 )
 from engine.testing import check_journal_store
@@ -292,12 +293,12 @@ async def test_viewers_on_another_node_wait_for_new_entries(redis_server: RedisS
     ):
         store = writer.journal_store("run-1", policy)
         await store.append(_batch(0, [_event(Kind.RUN_STARTED)]))
-        assert await viewer.wait_entries("run-1", 0, timeout=5.0)  # already there
-        assert not await viewer.wait_entries("run-1", 1, timeout=0.05)  # nothing came
+        assert await viewer.wait_entries("run-1", 0, within=5.0)  # already there
+        assert not await viewer.wait_entries("run-1", 1, within=0.05)  # nothing came
         woke: list[bool] = []
 
         async def wait() -> None:
-            woke.append(await viewer.wait_entries("run-1", 1, timeout=10.0))
+            woke.append(await viewer.wait_entries("run-1", 1, within=10.0))
 
         with trio.fail_after(5):
             async with trio.open_nursery() as nursery:
@@ -305,10 +306,97 @@ async def test_viewers_on_another_node_wait_for_new_entries(redis_server: RedisS
                 await store.append(_batch(1, [_event(Kind.CUSTOM)]))
         assert woke == [True]
         for bad in (0, -1.0, float("nan")):
-            with pytest.raises(ValueError, match="timeout"):
-                await viewer.wait_entries("run-1", 0, timeout=bad)
+            with pytest.raises(ValueError, match="within"):
+                await viewer.wait_entries("run-1", 0, within=bad)
         with pytest.raises(ValueError, match="after"):
-            await viewer.wait_entries("run-1", -1, timeout=1.0)
+            await viewer.wait_entries("run-1", -1, within=1.0)
+
+
+async def test_a_run_that_ended_takes_no_more_entries(redis_server: RedisServer) -> None:
+    # Another node may have ended it (its node lost the lease): the owner's late writes are
+    # refused, whatever it had cached.
+    async with (
+        open_redis_archive(redis_server.url, node="node-a") as owner,
+        open_redis_archive(redis_server.url, node="node-b") as survivor,
+    ):
+        await owner.open_run(RunRecord(run_id="run-1", started_at=0.0, node="node-a"))
+        store = owner.journal_store("run-1", RetentionPolicy())
+        await store.append(_batch(0, [_event(Kind.RUN_STARTED)]))
+        ended = survivor.journal_store("run-1", RetentionPolicy())
+        await ended.append(_batch(1, [_event(Kind.RUN_FAILED)]))
+        await survivor.close_run("run-1", Kind.RUN_FAILED, 5.0)
+        for head in (1, 2):  # the cached head, then the real one
+            with pytest.raises(ArchiveConflictError):
+                await store.append(_batch(head, [_event(Kind.CUSTOM)]))
+        assert await owner.head("run-1") == 2
+
+
+# -- nodes sharing the archive ---------------------------------------------------------------
+
+
+async def test_a_node_without_a_lease_is_lost_and_claimed_by_one_survivor(
+    redis_server: RedisServer,
+) -> None:
+    url = redis_server.url
+    async with (
+        open_redis_archive(url, node="node-a", lease_seconds=0.2) as node_a,
+        open_redis_archive(url, node="node-b") as node_b,
+        open_redis_archive(url, node="node-c") as node_c,
+    ):
+        shared: SharedRunArchive = node_a  # the seam web/cluster.py drives
+        await shared.renew_lease()
+        await node_b.renew_lease()
+        await node_a.open_run(RunRecord(run_id="run-1", started_at=0.0, node="node-a"))
+        assert await node_b.lost_nodes() == []
+        await node_a.drop_lease()
+        assert await node_b.lost_nodes() == ["node-a"]
+        assert await node_a.lost_nodes() == []  # never itself
+        await node_a.renew_lease()
+        assert await node_c.lost_nodes() == []
+        # Redis expires the lease by its own clock: 0.2 s after the last renewal it is gone.
+        await trio.sleep(0.3)
+        assert await node_c.lost_nodes() == ["node-a"]
+        assert await node_b.claim_node("node-a")
+        assert not await node_c.claim_node("node-a")
+        # A node whose runs all ended is not lost, lease or not.
+        await node_a.close_run("run-1", Kind.RUN_FINISHED, 1.0)
+        assert await node_c.lost_nodes() == []
+
+
+async def test_commands_reach_their_node_once_in_order(redis_server: RedisServer) -> None:
+    url = redis_server.url
+    async with (
+        open_redis_archive(url, node="node-a", max_commands=3) as node_a,
+        open_redis_archive(url, node="node-b", max_commands=3) as node_b,
+    ):
+        for index in range(4):  # the queue keeps the newest three
+            await node_a.send_command("node-b", {"op": "stop", "run_id": f"run-{index}"})
+        assert [c["run_id"] for c in await node_b.next_commands(1.0)] == [
+            "run-1",
+            "run-2",
+            "run-3",
+        ]
+        assert await node_b.next_commands(0.05) == []  # each was delivered once
+        assert await node_a.next_commands(0.05) == []  # and only to its node
+        got: list[list[dict[str, Any]]] = []
+
+        async def wait() -> None:
+            got.append(await node_b.next_commands(10.0))
+
+        with trio.fail_after(5):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(wait)
+                await node_a.send_command("node-b", {"op": "answer", "text": "yes"})
+        assert got == [[{"op": "answer", "text": "yes"}]]
+        async with _redis(url) as client:
+            await client.rpush(node_b.keys.commands("node-b"), ["not json", "[1]", '{"op": 1}'])
+        assert await node_b.next_commands(1.0) == [{"op": 1}]
+        with pytest.raises(ValueError, match="JSON"):
+            await node_a.send_command("node-b", {"op": float("nan")})
+        with pytest.raises(TypeError, match="mapping"):
+            await node_a.send_command("node-b", ["stop"])  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match="within"):
+            await node_b.next_commands(0)
 
 
 # -- the engine on the Redis archive ---------------------------------------------------------
@@ -466,6 +554,8 @@ async def test_malformed_data_under_the_namespace_is_a_typed_error(
         ({"namespace": "a{b}"}, "braces"),
         ({"call_timeout": 0}, "call_timeout"),
         ({"call_timeout": float("inf")}, "call_timeout"),
+        ({"lease_seconds": -1}, "lease_seconds"),
+        ({"max_commands": 0}, "max_commands"),
     ],
 )
 async def test_bad_arguments_are_refused_before_connecting(
@@ -505,7 +595,7 @@ async def _every_call_fails(archive: RedisRunArchive, bound: float) -> None:
         lambda: archive.close_run("run-1", Kind.RUN_FINISHED, 1.0),
         lambda: store.append(_batch(1, [_event(Kind.CUSTOM)])),
         lambda: store.read_after(0, 10),
-        lambda: archive.wait_entries("run-1", 5, timeout=0.1),
+        lambda: archive.wait_entries("run-1", 5, within=0.1),
         lambda: archive.record_results(
             "run-1",
             [DelegationResult(delegation_id="d", agent="a", remote_protocol="p", status="x")],
@@ -544,7 +634,7 @@ async def test_a_hung_redis_fails_each_call_within_the_timeout(
             for call in (
                 lambda: archive.head("run-1"),
                 lambda: store.append(_batch(1, [_event(Kind.CUSTOM)])),
-                lambda: archive.wait_entries("run-1", 5, timeout=0.2),
+                lambda: archive.wait_entries("run-1", 5, within=0.2),
             ):
                 with trio.fail_after(2), pytest.raises(ArchiveUnavailableError, match="within"):
                     await call()
