@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, Final, cast
+from typing import Any, Final, TypeVar, cast
 
 import anyio
 import coredis
@@ -66,6 +66,8 @@ from engine import (
 __all__ = ["RedisJournalStore", "RedisRunArchive", "open_redis_archive"]
 
 log = logging.getLogger(__name__)
+
+_Record = TypeVar("_Record")
 
 #: Keys SCAN looks at per call when checking that a namespace without a marker is empty.
 _SCAN_COUNT: Final = 1000
@@ -188,7 +190,9 @@ class RedisRunArchive:
             state.window = JournalWindow.load(list(fields), _stream_entries(entries))
         return state.window
 
-    async def _read_ordered(self, keys: tuple[str, str], decode: Any) -> list[Any]:
+    async def _read_ordered(
+        self, keys: tuple[str, str], decode: Callable[[str], _Record]
+    ) -> list[_Record]:
         hash_key, order_key = keys
         async with self._client.pipeline(transaction=True) as pipe:
             order = pipe.zrange(order_key, 0, -1)

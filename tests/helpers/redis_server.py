@@ -95,8 +95,8 @@ class RedisServer:
         binary = shutil.which(REDIS_SERVER)
         if binary is None:
             raise RedisServerError(
-                "redis-server is not installed: run ./dev test, which installs Debian's "
-                "redis-server (apt-get install redis-server)"
+                "redis-server is not installed: run ./dev test (with no arguments), which "
+                "installs Debian's redis-server, or apt-get install redis-server"
             )
         argv = [
             binary,

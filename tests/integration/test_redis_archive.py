@@ -4,8 +4,10 @@ and continuing a run, the format marker, outages and recovery from them."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import coredis
@@ -45,7 +47,7 @@ from engine import (
 from engine.testing import check_journal_store
 from tests.helpers.agents import spec
 from tests.helpers.fakes import ScriptedTarget, delta, finished, started
-from tests.helpers.redis_server import RedisServer, redis_server
+from tests.helpers.redis_server import RedisServer, RedisServerError, redis_server, start_redis
 
 __all__ = ["redis_server"]  # the fixture, used by name below
 
@@ -654,3 +656,28 @@ async def test_opening_an_archive_on_a_redis_that_is_gone_is_unavailable(
     with trio.fail_after(3), pytest.raises(ArchiveUnavailableError):
         async with open_redis_archive(redis_server.url, call_timeout=1.0):
             pytest.fail("opened")
+
+
+# -- the test server itself ------------------------------------------------------------------
+
+
+def test_a_redis_server_that_cannot_start_fails_with_its_log(tmp_path: Path) -> None:
+    server = start_redis(tmp_path / "redis")
+    try:
+        server.kill()
+        with socket.socket() as squatter:  # the port is taken while it is down
+            squatter.bind(("127.0.0.1", server.port))
+            squatter.listen()
+            with pytest.raises(RedisServerError, match="Address already in use"):
+                server.restart()
+        assert server.pid is None
+    finally:
+        server.stop()
+
+
+def test_a_missing_redis_server_names_the_command_that_installs_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(RedisServerError, match=r"run \./dev test"):
+        start_redis(tmp_path / "redis")
