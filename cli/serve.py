@@ -67,7 +67,6 @@ async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> Non
                 f"  agents: {keys}; parent: {config.parent.kind}; MCP: {endpoint.base_url}",
                 file=out,
             )
-            print(f"  runs kept in: {describe_store(config.store)}", file=out)
             recovered = run_host.engine.recovered
             if recovered:
                 print(
@@ -76,6 +75,7 @@ async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> Non
                     f"{', ...' if len(recovered) > 5 else ''})",
                     file=out,
                 )
+            print(f"  runs kept in: {describe_store(config.store)}", file=out)
             if config.server.token_env:
                 print(
                     f"  starting runs needs the host token in ${config.server.token_env}; "

@@ -91,7 +91,12 @@ async def open_store(
         ) from exc
     shown = entry.url if entry.url else f"${entry.url_env}"
     try:
-        rcm = open_redis_archive(url, node=node_name(entry), namespace=entry.namespace)
+        rcm = open_redis_archive(
+            url,
+            node=node_name(entry),
+            namespace=entry.namespace,
+            lease_seconds=entry.lease_seconds,
+        )
         redis_archive = await rcm.__aenter__()
     except RedisOpenError as exc:
         raise StoreOpenError(f"the Redis run store at {shown} cannot be used: {exc}") from exc

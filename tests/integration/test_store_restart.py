@@ -44,14 +44,11 @@ def _serve(config: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]
             banner = [proc.stdout.readline()]
             assert banner[0].startswith("subagent-engine serving on http://127.0.0.1:"), banner
             url = banner[0].split()[3]
-            for _ in range(3):
+            for _ in range(4):  # agents, then runs recovered (if any), then the store
                 line = proc.stdout.readline()
                 banner.append(line)
-                if line.startswith("  runs kept in:"):
+                if not line or line.startswith("  runs kept in:"):
                     break
-            recovered = proc.stdout.readline() if "runs kept in" in banner[-1] else ""
-            if recovered.startswith("  ended"):
-                banner.append(recovered)
             yield proc, url, banner
         finally:
             if proc.poll() is None:
