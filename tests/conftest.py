@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Iterator
 
 import pytest
@@ -12,6 +15,14 @@ from tests.helpers.peers import A2AFaultyServer
 from tests.helpers.processes import ready_server
 
 # --- the user's state directory -----------------------------------------------------------------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Nothing the suite starts keeps runs in the user's state directory: a session-wide
+    `$XDG_STATE_HOME` first (for session and module fixtures), each test's own below."""
+    state = tempfile.mkdtemp(prefix="subagent-engine-test-state-")
+    os.environ["XDG_STATE_HOME"] = state
+    config.add_cleanup(lambda: shutil.rmtree(state, ignore_errors=True))
 
 
 @pytest.fixture(autouse=True)

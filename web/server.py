@@ -166,6 +166,12 @@ class HostedRun:
     #: The node that owns an archived run (its record's `node`).
     owner: str = ""
 
+    @property
+    def over(self) -> bool:
+        """Whether the run ended: its terminal is journaled (what its viewers saw last), even
+        if the engine is still putting it away (closing its actor, archiving its end)."""
+        return self.ended.is_set() or (self.run is not None and self.run.journal.ended)
+
 
 def token_digest(token: str) -> str:
     """What the archive keeps of a viewer token: its SHA-256, hex (the token itself is never
@@ -210,7 +216,7 @@ class RunHost:
 
     @property
     def active_runs(self) -> int:
-        return sum(1 for hosted in self._runs.values() if not hosted.ended.is_set())
+        return sum(1 for hosted in self._runs.values() if not hosted.over)
 
     def _forget_expired(self) -> None:
         """Drop the ended runs whose journal the engine no longer keeps (their viewers could
@@ -451,7 +457,7 @@ async def open_stream(
         raise HttpError(404, "unknown_run", "The run's journal is no longer kept.")
     if after is not None and after > journal.head:
         raise HttpError(400, "bad_cursor", f"Cursor {after} is beyond the run's last event.")
-    if after is not None and after == journal.head and hosted.ended.is_set():
+    if after is not None and after == journal.head and hosted.over:
         raise RunOver()
     tail = None
     archive = host.engine.archive
@@ -692,7 +698,7 @@ def create_app(
             await host.forward(hosted, command)
             document = {"run_id": run_id, "delegation_id": delegation_id, "forwarded": True}
             return Response(json.dumps(document), status=202, content_type="application/json")
-        if hosted.run is None or hosted.ended.is_set():
+        if hosted.run is None or hosted.over:
             raise HttpError(409, "run_ended", "The run has ended; there is nothing to answer.")
         try:
             hosted.run.answer(delegation_id, text=text, data=data)

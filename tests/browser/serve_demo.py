@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
@@ -94,7 +95,7 @@ def asking_agents(pause: float) -> list[AgentSpec]:
 async def inner_server(pause: float) -> AsyncIterator[str]:
     """This project's bundled server (the scripted parent, the demo agents paced by `pause`) on
     127.0.0.1: a remote AG-UI agent at `<yielded base URL>/agui`."""
-    config = parse_config("", "<inner AG-UI server>")
+    config = parse_config('[store]\nkind = "memory"\n', "<inner AG-UI server>")
     async with (
         open_host(config, demo_agents(pause=pause), ScriptedParent) as (host, _),
         serve_app(create_app(host, config, default_encoder_factory())) as base,
@@ -166,6 +167,10 @@ async def serve(
 
 
 def main() -> None:
+    # Runs are kept as `serve` keeps them by default (SQLite in the state directory), in a
+    # state directory of this process's own: page servers of several tests run at once.
+    state = tempfile.TemporaryDirectory(prefix="serve-demo-state-")
+    os.environ["XDG_STATE_HOME"] = state.name
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pause", type=float, default=0.2)
     parser.add_argument("--replay-window", type=int, default=None)

@@ -271,7 +271,7 @@ async def test_a_suspended_remote_subagent_continues_under_the_same_id(
 @asynccontextmanager
 async def inner_server(pause: float = 0.0) -> AsyncIterator[tuple[str, Any]]:
     """This project's bundled server with the scripted parent and the in-process demo agents."""
-    config = parse_config("", "inner.toml")
+    config = parse_config('[store]\nkind = "memory"\n', "inner.toml")
     async with (
         open_host(config, demo_agents(pause=pause), ScriptedParent) as (host, _),
         serve_app(create_app(host, config, default_encoder_factory())) as base,

@@ -138,7 +138,7 @@ async def _resume_after_the_window() -> list[Any]:
             frames = parse_sse(first)
             last = max(cursor for cursor, _ in frames if cursor is not None)
             go.set()
-            hosted = host.find(started["run_id"], started["viewer_token"])
+            hosted = await host.find(started["run_id"], started["viewer_token"])
             await hosted.ended.wait()
             rest = await http.get(url, headers={**auth, "last-event-id": str(last)})
         nursery.cancel_scope.cancel()
