@@ -70,7 +70,13 @@ from engine._results import (
     ResultMessage,
     Status,
 )
-from engine._store import LifecycleRetention, RetentionPolicy, gap_entry, replay_before_window
+from engine._store import (
+    LifecycleRetention,
+    RetentionPolicy,
+    StoreUnavailableError,
+    gap_entry,
+    replay_before_window,
+)
 from engine._targets import (
     AgentDescription,
     Answer,
@@ -171,6 +177,7 @@ __all__ = [
     "RunEndpointProvider",
     "RunJournal",
     "Status",
+    "StoreUnavailableError",
     "Subscription",
     "Target",
     "TargetCapabilities",

@@ -62,7 +62,7 @@ from engine._results import (
     RemoteCancel,
     Status,
 )
-from engine._store import RetentionPolicy
+from engine._store import RetentionPolicy, StoreUnavailableError
 from engine._targets import (
     Answer,
     DelegationTask,
@@ -526,6 +526,7 @@ class RunActor:
         self._close_requested = trio.Event()
         self._outcome = Kind.RUN_FINISHED
         self._outcome_reason = ""
+        self._outcome_code = ErrorCode.INTERNAL_ERROR  # the error code of a run.failed
         self._ended = False  # a run terminal was published (by finish()/fail() or closing)
         self._work: trio.Nursery | None = None
         self._active: dict[str, DelegationActor] = {}
@@ -570,10 +571,14 @@ class RunActor:
             self.closed.set()
             self.engine._retire(self)
 
-    def request_close(self, outcome: str, reason: str = "") -> None:
-        """Ask the run to end with `outcome` (a run terminal kind). Idempotent; first wins."""
+    def request_close(
+        self, outcome: str, reason: str = "", code: str = ErrorCode.INTERNAL_ERROR
+    ) -> None:
+        """Ask the run to end with `outcome` (a run terminal kind; `code`: the error code of a
+        `run.failed`). Idempotent; first wins."""
         if not self._close_requested.is_set():
             self._outcome, self._outcome_reason = outcome, reason
+            self._outcome_code = code
             self._close_requested.set()
 
     async def _end(self, kind: str, reason: str) -> None:
@@ -583,7 +588,7 @@ class RunActor:
         self._ended = True
         error = None
         if kind == Kind.RUN_FAILED:
-            error = DelegationError(code=ErrorCode.INTERNAL_ERROR, message=reason or "run failed")
+            error = DelegationError(code=self._outcome_code, message=reason or "run failed")
         await self.publish(self._event(kind, text=reason or None, error=error), flush=True)
 
     async def _write_journal(self) -> None:
@@ -599,6 +604,18 @@ class RunActor:
                     # Results first: a delegation's result is kept before its terminal is.
                     await self._save_results()
                     await self.journal.append_entries(batch)
+                except StoreUnavailableError as exc:
+                    # Kept from nobody but live viewers from here on: end the run, typed.
+                    self.store_errors += 1
+                    log.error("run %s: the journal store is unavailable: %r", self.run_id, exc)
+                    self.request_close(
+                        Kind.RUN_FAILED,
+                        "The run's store could not be written; the run was stopped so that "
+                        "nothing more is lost.",
+                        ErrorCode.STORE_UNAVAILABLE,
+                    )
+                    if self.body_scope is not None:
+                        self.body_scope.cancel()  # the parent stops too
                 except Exception as exc:
                     # A failing store must not take the engine down with it; what its readers
                     # miss shows up as a replay gap.

@@ -43,11 +43,19 @@ from engine._lanes import EVENT_OVERHEAD, JournalEntry
 
 __all__ = [
     "JournalStore",
+    "StoreUnavailableError",
     "LifecycleRetention",
     "RetentionPolicy",
     "gap_entry",
     "replay_before_window",
 ]
+
+
+class StoreUnavailableError(OSError):
+    """A durable store could not be written for longer than it buffers and retries (its
+    storage unreachable or full). The engine then ends the run with a `run.failed` terminal,
+    error `store_unavailable`, which its live viewers get even if the store cannot keep it:
+    nothing is lost silently. A store raises it (or a subclass) from `append`."""
 
 
 class JournalStore(Protocol):

@@ -4,6 +4,7 @@ left live (on the in-memory reference archive; the durable ones run the same pat
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 
 import pytest
 import trio
@@ -16,11 +17,15 @@ from engine import (
     EngineLimits,
     ErrorCode,
     JournalEntry,
+    JournalStore,
     Kind,
     MemoryRunArchive,
     RemoteCancel,
+    RetentionPolicy,
     RunRecord,
     Status,
+    StoreUnavailableError,
+    Subscription,
 )
 from tests.helpers.agents import spec
 from tests.helpers.fakes import ScriptedTarget, delta, finished, started
@@ -201,3 +206,54 @@ async def test_only_this_nodes_runs_are_recovered() -> None:
         pass
     assert eng.recovered == []
     assert [r.run_id for r in await archive.live_runs("node-a")] == [run_id]
+
+
+class _StoreGoesAway(MemoryRunArchive):
+    """An archive whose journal store stops taking entries once `fail` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = False
+
+    def journal_store(self, run_id: str, policy: RetentionPolicy) -> JournalStore:
+        inner = super().journal_store(run_id, policy)
+        archive = self
+
+        class Store:
+            async def append(self, entries: Sequence[JournalEntry]) -> None:
+                if archive.fail:
+                    raise StoreUnavailableError("redis: connection refused (for 30 s)")
+                await inner.append(entries)
+
+            async def read_after(self, cursor: int, max_entries: int) -> list[JournalEntry]:
+                return await inner.read_after(cursor, max_entries)
+
+        return Store()
+
+
+async def test_a_store_that_stays_unavailable_fails_the_run_typed_for_its_live_viewers() -> None:
+    archive = _StoreGoesAway()
+    target = ScriptedTarget(start=[[started("t-1", "c-1"), "hang"]])
+    rest: list[DelegationEvent] = []
+
+    async def read_on(sub: Subscription) -> None:
+        async with sub:
+            rest.extend([entry.event async for entry in sub])
+
+    async with (
+        Engine([spec(target)], archive=archive) as eng,
+        trio.open_nursery() as viewers,
+        eng.open_run() as run,
+    ):
+        sub = run.events()
+        run.start_delegation(DelegationRequest(agent="remote", objective="x"))
+        while not (await sub.receive()).event.remote_task_id:
+            pass
+        viewers.start_soon(read_on, sub)  # a viewer outside the run's body
+        archive.fail = True
+        await run.emit(Kind.PARENT_TEXT_DELTA, delta="lost?", message_id="m")
+        await trio.sleep_forever()  # the run's failure stops its body too
+    assert [e.kind for e in rest][-2:] == [Kind.CANCELLED, Kind.RUN_FAILED]
+    assert rest[-1].error is not None and rest[-1].error.code == ErrorCode.STORE_UNAVAILABLE
+    assert any(e.delta == "lost?" for e in rest)  # live viewers got what the store did not
+    assert target.calls[-1] == "cancel"  # the remote task is cancelled as in any run end
