@@ -19,7 +19,8 @@ in this process on another ephemeral port with the scripted parent and the demo 
 below the page's parent.
 
 `--host-token-env NAME` makes starting a run need the host token held in NAME, as `serve` does with
-`[server] token_env`.
+`[server] token_env`. `--port P` listens on P (default: any free port); `--state-dir DIR` keeps
+runs in DIR's SQLite store, so a server started again there serves the runs of the last one.
 
 Binds 127.0.0.1 on an ephemeral port, prints `READY <port>` once it listens, and exits when its
 stdin closes.
@@ -150,6 +151,7 @@ async def serve(
     asking: bool,
     side_by_side: str | None,
     host_token: str | None = None,
+    port: int = 0,
 ) -> None:
     page = bundled_page()
     if page is None:
@@ -159,7 +161,7 @@ async def serve(
         open_host(config, agents, parent) as (host, _),
     ):
         app = create_app(host, config, default_encoder_factory(), page=page, host_token=host_token)
-        async with serve_app(app, host="127.0.0.1", port=0) as url:
+        async with serve_app(app, host="127.0.0.1", port=port) as url:
             sys.stdout.write(f"READY {urlsplit(url).port}\n")
             sys.stdout.flush()
             # Until the parent closes our stdin (or dies): then every run is cancelled.
@@ -167,19 +169,24 @@ async def serve(
 
 
 def main() -> None:
-    # Runs are kept as `serve` keeps them by default (SQLite in the state directory), in a
-    # state directory of this process's own: page servers of several tests run at once.
-    state = tempfile.TemporaryDirectory(prefix="serve-demo-state-")
-    os.environ["XDG_STATE_HOME"] = state.name
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pause", type=float, default=0.2)
     parser.add_argument("--replay-window", type=int, default=None)
     parser.add_argument("--asking", action="store_true")
     parser.add_argument("--side-by-side", metavar="A2A_CARD_URL", default=None)
     parser.add_argument("--host-token-env", metavar="NAME", default=None)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--state-dir", metavar="DIR", default=None)
     args = parser.parse_args()
     token = os.environ[args.host_token_env] if args.host_token_env else None
-    trio.run(serve, args.pause, args.replay_window, args.asking, args.side_by_side, token)
+    # Runs are kept as `serve` keeps them by default (SQLite in the state directory): in
+    # `--state-dir` (a server started again on it finds its runs), else in a state directory
+    # of this process's own, since page servers of several tests run at once.
+    state = tempfile.TemporaryDirectory(prefix="serve-demo-state-")
+    os.environ["XDG_STATE_HOME"] = args.state_dir or state.name
+    trio.run(
+        serve, args.pause, args.replay_window, args.asking, args.side_by_side, token, args.port
+    )
 
 
 if __name__ == "__main__":

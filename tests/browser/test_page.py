@@ -27,6 +27,7 @@ import itertools
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tomllib
@@ -1341,3 +1342,42 @@ def test_the_agui_and_the_a2a_delegation_run_at_the_same_time(
 
     (team_start, team_end), (solo_start, solo_end) = running(TEAM_NAME), running(SOLO_NAME)
     assert team_start < solo_end and solo_start < team_end, states
+
+
+def test_a_finished_run_reopens_in_the_page_after_the_server_restarts(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """The page server keeps runs in its SQLite store (as `serve` does by default): a tab whose
+    run finished shows the same run after the server was stopped and started again on the same
+    address and store, and a reload there watches it from the new process."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "tests.browser.serve_demo", "--pause", "0"]
+    argv += ["--port", str(port), "--state-dir", str(tmp_path / "state")]
+    context = browser.new_context(viewport={"width": 1100, "height": 900})
+    context.set_default_timeout(RUN_TIMEOUT_MS)
+    context.add_init_script(path=HERE / "page_probe.js")
+    try:
+        page = context.new_page()
+        with ready_server(argv, cwd=REPO, name="page server before restart"):
+            page.goto(f"http://127.0.0.1:{port}/")
+            start_run(page, prompt="kept across restarts")
+            wait_for_end(page)
+            before = read_view(page)
+        with ready_server(argv, cwd=REPO, name="page server after restart"):
+            page.reload()
+            wait_for_end(page)
+            after = read_view(page)
+            page.screenshot(path=tmp_path / "page-after-restart.png", full_page=True)
+    finally:
+        context.close()
+    # The same run, drawn the same (timings and connection counts aside).
+    timings = {"timeline", "page"}
+    assert {k: v for k, v in before.items() if k not in timings} == {
+        k: v for k, v in after.items() if k not in timings
+    }
+    for key in ("runId", "status", "terminal", "lastCursor"):
+        assert before["page"][key] == after["page"][key]
+    assert after["page"]["status"] == "finished"
+    assert "kept across restarts" in json.dumps(after)
