@@ -22,6 +22,8 @@ Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stre
 - `POST /runs/<id>/stop`: cancel the run; the cascade reaches every remote task.
 - `POST /runs/<id>/answer`: `{"delegationId", "text" and/or "data"}` answers a subagent waiting
   for input (`subagent.input_required` on the stream); 409 when it is not waiting.
+- `GET /runs/<id>/audit`: the run's audit trail as its store keeps it (one record per
+  delegation: every protocol id, status, error code, remote cancel outcome, times).
 - `GET /healthz` (process up), `GET /readyz` (engine and MCP endpoint serving).
 
 Callers are strangers until they prove otherwise (`adapters.listener`): every request passes the
@@ -101,6 +103,7 @@ from engine import (
     SharedRunArchive,
     Subscription,
     to_json,
+    to_jsonable,
 )
 from web.cluster import run_node
 from web.config import HostConfig
@@ -673,6 +676,37 @@ def create_app(
         if request.method == "HEAD":
             return sse_response(hosted, _empty())
         return sse_response(hosted, stream)
+
+    @app.get("/runs/<run_id>/audit")
+    async def audit(run_id: str) -> Response:
+        """The run's audit trail: one record per delegation (every protocol id, status, error
+        code, remote cancel outcome, times), as its store keeps it. Needs the viewer token."""
+        hosted = await host.find(run_id, _viewer_token(request.headers, request.args, query=False))
+        archive = host.engine.archive
+        if archive is None:
+            raise HttpError(
+                404, "no_audit_trail", "This server keeps runs in memory only ([store])."
+            )
+        try:
+            record = await archive.run(run_id)
+            audits = await archive.audits(run_id)
+        except OSError:
+            raise HttpError(
+                503,
+                "store_unavailable",
+                "The run store cannot be read right now; try again shortly.",
+                headers=[("retry-after", str(RETRY_WHEN_FULL))],
+            ) from None
+        document = {
+            "run_id": hosted.run_id,
+            "thread_id": hosted.thread_id,
+            "node": record.node if record is not None else "",
+            "started_at": record.started_at if record is not None else None,
+            "ended_at": record.ended_at if record is not None else None,
+            "outcome": record.outcome if record is not None else None,
+            "delegations": [to_jsonable(item) for item in audits],
+        }
+        return Response(json.dumps(document), content_type="application/json")
 
     @app.post("/runs/<run_id>/stop")
     async def stop(run_id: str) -> Response:

@@ -381,6 +381,32 @@ async def test_a_viewer_needs_the_runs_token() -> None:
             assert response.json()["error"] == "unknown_run"
 
 
+async def test_the_audit_trail_of_a_finished_run_names_every_delegation() -> None:
+    async with server() as (base, _), httpx.AsyncClient(timeout=30) as http:
+        run = (await http.post(f"{base}/runs", json=RUN_INPUT)).json()
+        auth = {"authorization": f"Bearer {run['viewer_token']}"}
+        await read_stream(http, f"{base}{run['events_url']}", headers=auth)
+        trail = await http.get(f"{base}/runs/{run['run_id']}/audit", headers=auth)
+        assert trail.status_code == 200, trail.text
+        document = trail.json()
+        assert document["run_id"] == run["run_id"]
+        records = document["delegations"]
+        assert sorted(r["agent_key"] for r in records) == ["research", "review"]
+        for record in records:
+            assert record["status"] == "completed" and record["error_code"] is None
+            assert record["parent_tool_call_id"] and record["thread_id"] == run["thread_id"]
+            assert record["started_at"] <= record["ended_at"]
+        other = await http.get(f"{base}/runs/{run['run_id']}/audit")
+        assert other.status_code == 404
+    # A server that keeps runs in memory keeps no audit trail to read.
+    memory = '[store]\nkind = "memory"\n'
+    async with server(config_text=memory) as (base, _), httpx.AsyncClient(timeout=30) as http:
+        run = (await http.post(f"{base}/runs", json=RUN_INPUT)).json()
+        auth = {"authorization": f"Bearer {run['viewer_token']}"}
+        trail = await http.get(f"{base}/runs/{run['run_id']}/audit", headers=auth)
+        assert (trail.status_code, trail.json()["error"]) == (404, "no_audit_trail")
+
+
 async def test_health_readiness_and_cors() -> None:
     config = '[server]\ncors_origins = ["http://app.test"]\n'
     async with server(config_text=config) as (base, _), httpx.AsyncClient(timeout=30) as http:

@@ -147,3 +147,22 @@ def test_a_killed_server_ends_its_runs_on_restart_and_resumed_viewers_complete(
         assert over.status_code == 204
         wrong = httpx.get(f"{url}{run['events_url']}?token=not-the-token", timeout=10)
         assert wrong.status_code == 404
+        # The audit trail keeps every protocol id and what became of each remote task.
+        audit_url = f"{url}/runs/{run['run_id']}/audit"
+        trail = httpx.get(audit_url, headers={"authorization": f"Bearer {run['viewer_token']}"})
+        assert trail.status_code == 200
+        document = trail.json()
+        assert (document["outcome"], document["thread_id"]) == ("run.failed", run["thread_id"])
+        by_delegation = {d["delegation_id"]: d for d in document["delegations"]}
+        assert set(by_delegation) == set(task_ids)
+        for delegation_id, record in by_delegation.items():
+            assert record["remote_task_id"] == task_ids[delegation_id]
+            assert record["remote_context_id"] and record["card_fingerprint"]
+            assert record["parent_tool_call_id"] and record["agent_key"] in ("research", "review")
+            assert (record["status"], record["error_code"], record["remote_cancel"]) == (
+                "failed",
+                "interrupted",
+                "confirmed",
+            )
+            assert record["started_at"] <= record["ended_at"]
+        assert httpx.get(audit_url, headers={"authorization": "Bearer nope"}).status_code == 404
