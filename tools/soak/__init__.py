@@ -52,6 +52,18 @@ Accounting, per run (see `_account_run`), against what the journal store accepte
 
 and at the end: trio tasks, file descriptors and child processes back to their baseline, RSS
 within a tolerance of its baseline (taken after a warm-up run that exercised every agent).
+
+Where runs are kept (`SoakConfig.store`): `memory` (the engine's own stores), `sqlite` (a
+`adapters.sqlite_archive` file in a temporary directory: `Engine(archive=...)`), or `redis` (a
+redis-server the soak starts on a free loopback port, nothing persisted, shared by
+`SoakConfig.nodes` in-process server nodes, each with its own engine, `RunHost(shared=...)`,
+Hypercorn and `web.cluster.run_node`). With several nodes each run starts on a random node,
+each HTTP viewer connection and each stop or answer goes to a random node (as a load balancer
+would send them; a node that does not own the run follows it in the store or forwards the
+command to its owner). With an archive the accounting also reads the archive once every node
+has closed (`_account_archive`): every run's record ended, its replay from cursor 0 ending with
+exactly one run terminal, every delegation's audit record ended, and the archive's results
+equal to the engine's.
 """
 
 from __future__ import annotations
@@ -61,13 +73,15 @@ import json
 import logging
 import os
 import random
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from contextlib import aclosing
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import AsyncExitStack, aclosing, asynccontextmanager
 from pathlib import Path
 from typing import Any, Final, TextIO, cast
 from urllib.parse import urlencode
@@ -88,6 +102,8 @@ from adapters.agui import (
     parse_sse,
 )
 from adapters.inprocess import InProcessTarget, LocalTask
+from adapters.redis_archive import open_redis_archive
+from adapters.sqlite_archive import open_sqlite_archive
 from engine import (
     AgentSpec,
     DelegationError,
@@ -103,16 +119,20 @@ from engine import (
     Kind,
     MemoryJournalStore,
     RemoteCancel,
+    RetentionPolicy,
     Run,
+    RunArchive,
     RunJournal,
+    SharedRunArchive,
     Status,
     event_from_jsonable,
 )
 from tools.peers.children import read_ready_port, stop_process_group
+from web.cluster import run_node
 from web.config import HostConfig
 from web.server import HttpError, RunHost, create_app, default_encoder_factory, serve_app
 
-__all__ = ["SoakConfig", "SoakReport", "run_soak", "soak_main"]
+__all__ = ["STORES", "SoakConfig", "SoakReport", "run_soak", "soak_main"]
 
 REPO_ROOT: Final = Path(__file__).resolve().parents[2]
 READY_DEADLINE: Final = 30.0
@@ -121,6 +141,10 @@ STOP_DEADLINE: Final = 5.0
 RUN_DEADLINE: Final = float(os.environ.get("SOAK_RUN_DEADLINE", "90"))
 #: RSS may stay this far above its post-warm-up baseline (allocator arenas, caches).
 RSS_TOLERANCE_BYTES: Final = 64 << 20
+#: Where the soak's engines keep runs (`SoakConfig.store`).
+STORES: Final = ("memory", "sqlite", "redis")
+#: How long the soak's redis-server may take to answer PING.
+REDIS_READY_DEADLINE: Final = 10.0
 #: How long the remotes' logs may take to show a disconnect the engine already made.
 REMOTE_LOG_DEADLINE: Final = 10.0
 #: Text the fault server's agents stream as `assistant-output` when they complete.
@@ -270,6 +294,22 @@ class SoakConfig:
     rss_tolerance: int = RSS_TOLERANCE_BYTES
     #: Known findings (tracked by a strict xfail test) reported apart instead of failing.
     tolerate: frozenset[str] = frozenset()
+    #: Where runs are kept: one of `STORES`.
+    store: str = attrs.field(default="memory")
+    #: Server nodes sharing the store (more than one only with `redis`).
+    nodes: int = attrs.field(default=1)
+
+    @store.validator
+    def _known_store(self, _: Any, value: str) -> None:
+        if value not in STORES:
+            raise ValueError(f"store must be one of {', '.join(STORES)}, got {value!r}")
+
+    @nodes.validator
+    def _node_count(self, _: Any, value: int) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"nodes must be an integer >= 1, got {value!r}")
+        if value > 1 and self.store != "redis":
+            raise ValueError(f"{value} nodes need a shared store (redis), not {self.store!r}")
 
 
 @attrs.define
@@ -277,6 +317,8 @@ class SoakReport:
     """What the soak did and what it found. `ok` iff nothing was lost and nothing leaked."""
 
     seed: int
+    store: str = "memory"
+    nodes: int = 1
     runs: int = 0
     delegations: int = 0
     events: int = 0
@@ -286,6 +328,8 @@ class SoakReport:
     folds: int = 0
     parent_cancels: int = 0
     http_runs: int = 0
+    #: Runs whose archived record, replay, audit trail and results were checked.
+    archived_runs: int = 0
     faults: Counter[str] = attrs.field(factory=Counter)
     outcomes: Counter[str] = attrs.field(factory=Counter)
     viewer_kinds: Counter[str] = attrs.field(factory=Counter)
@@ -317,6 +361,7 @@ class SoakReport:
     def format(self) -> str:
         rows = [
             ("seed", str(self.seed)),
+            ("store / nodes", f"{self.store} / {self.nodes}"),
             ("runs", f"{self.runs} ({self.http_runs} over HTTP)"),
             ("delegations", str(self.delegations)),
             ("events (journaled)", str(self.events)),
@@ -327,6 +372,10 @@ class SoakReport:
             ("fold notices by viewer kind", _counts(self.fold_notices)),
             ("AG-UI events read / sent again", f"{self.sse_frames} / {self.resent_frames}"),
             ("parents cancelled", str(self.parent_cancels)),
+            (
+                "runs checked in the archive",
+                str(self.archived_runs) if self.store != "memory" else "-",
+            ),
             ("faults injected", _counts(self.faults)),
             ("outcomes", _counts(self.outcomes)),
             ("remote cancels received", _counts(self.remote_cancels)),
@@ -366,9 +415,10 @@ def _counts(counter: Counter[str]) -> str:
 
 
 class _RecordingStore:
-    """The engine's memory store, plus a copy of every entry it accepted (the soak's truth)."""
+    """The engine's store (in memory or the archive's), plus a copy of every entry it accepted
+    (the soak's truth)."""
 
-    def __init__(self, inner: MemoryJournalStore) -> None:
+    def __init__(self, inner: JournalStore) -> None:
         self.inner = inner
         self.accepted: list[JournalEntry] = []
 
@@ -582,12 +632,18 @@ def _last_id(data: bytes) -> int | None:
 
 
 async def _view_sse(
-    clients: _HttpClients, url: str, token: str, viewer: _HttpViewer, rng: random.Random
+    clients: _HttpClients,
+    urls: Sequence[str],
+    token: str,
+    viewer: _HttpViewer,
+    rng: random.Random,
+    nodes: random.Random,
 ) -> None:
     """Watch a run over HTTP as `viewer.kind` says until the stream ends after the run terminal:
     `sse-late` connects late, `sse-slow` reads through a 4 KiB socket buffer with pauses,
     `sse-flaky` and `sse-engine` cut the connection after a random number of bytes (anywhere,
-    mid-frame included) and reconnect with `Last-Event-ID`."""
+    mid-frame included) and reconnect with `Last-Event-ID`. Each connection goes to one of
+    `urls` (the run's events URL on each node) drawn from `nodes`."""
     if viewer.kind == "sse-late":
         await trio.sleep(rng.uniform(0.05, 1.5))
     slow = viewer.kind == "sse-slow"
@@ -605,6 +661,7 @@ async def _view_sse(
         budget = rng.randint(64, 24 << 10) << stalls if flaky and stalls < 12 else None
         received = bytearray()
         ended = False
+        url = _pick(nodes, urls)
         try:
             async with client.stream("GET", url, headers=headers, params=params) as response:
                 if response.status_code != 200:
@@ -639,12 +696,19 @@ async def _view_sse(
         await trio.sleep(rng.uniform(0.0, 0.2))
 
 
-async def _view_ws(ws_url: str, token: str, viewer: _HttpViewer, rng: random.Random) -> None:
+async def _view_ws(
+    ws_urls: Sequence[str],
+    token: str,
+    viewer: _HttpViewer,
+    rng: random.Random,
+    nodes: random.Random,
+) -> None:
     """Watch a run over the WebSocket route (`{"id", "data"}` text messages) until the server
     closes normally after the run terminal: `ws-late` connects late and reads slowly half the
     time; `ws-flaky` leaves after a random number of messages (anywhere, between two events of
     one entry included), half the time with a close handshake and half the time by cutting
-    the TCP connection, and reconnects with `?after=` its last id."""
+    the TCP connection, and reconnects with `?after=` its last id. Each connection goes to one
+    of `ws_urls` (the run's WebSocket URL on each node) drawn from `nodes`."""
     if viewer.kind == "ws-late":
         await trio.sleep(rng.uniform(0.05, 1.5))
     slow = viewer.kind == "ws-late" and rng.random() < 0.5
@@ -667,7 +731,7 @@ async def _view_ws(ws_url: str, token: str, viewer: _HttpViewer, rng: random.Ran
         with trio.CancelScope() as connection:
             try:
                 async with open_websocket_url(
-                    f"{ws_url}?{urlencode(params)}",
+                    f"{_pick(nodes, ws_urls)}?{urlencode(params)}",
                     max_message_size=WS_MAX_MESSAGE,
                     disconnect_timeout=STOP_DEADLINE,
                 ) as ws:
@@ -813,8 +877,26 @@ class _HttpClients:
 
 
 @attrs.define
+class _Node:
+    """One server node of the soak: its engine, its host and the base URL it serves on."""
+
+    name: str
+    eng: Engine
+    host: RunHost
+    base_url: str
+
+
+def _pick(rng: random.Random, items: Sequence[Any]) -> Any:
+    """A random item of `items`; with one item, no draw (a seed's other draws stay the same
+    whatever the node count)."""
+    return items[0] if len(items) == 1 else rng.choice(items)
+
+
+@attrs.define
 class _Soak:
-    """What every run of one soak shares."""
+    """What every run of one soak shares. `eng`, `host` and `base_url` are the first node's;
+    `nodes` all of them (one unless the store is shared), `owners` the node each open run was
+    started on."""
 
     eng: Engine
     stores: dict[str, _RecordingStore]
@@ -829,6 +911,12 @@ class _Soak:
     progress: dict[str, list[Any]] = attrs.field(factory=dict)
     #: Server streams that outlived the run and all its viewers.
     stream_leaks: list[str] = attrs.field(factory=list)
+    nodes: list[_Node] = attrs.field(factory=list)
+    owners: dict[str, _Node] = attrs.field(factory=dict)
+
+    def owner_of(self, run_id: str) -> Engine:
+        node = self.owners.get(run_id)
+        return node.eng if node is not None else self.eng
 
     def describe(self, run_id: str) -> str:
         parts = []
@@ -841,7 +929,7 @@ class _Soak:
                 parts.append(f"{item.name}: done {item.done}, at {last}")
             elif isinstance(item, DelegationHandle):
                 parts.append(f"{item.delegation_id}: finished {item.finished}")
-        journal = self.eng.journal(run_id)
+        journal = self.owner_of(run_id).journal(run_id)
         head = journal.head if journal is not None else None
         return f"journal head {head}; " + "; ".join(parts)
 
@@ -865,8 +953,14 @@ class _SoakParent:
 
 
 async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
-    eng, config = soak.eng, soak.config
+    config = soak.config
     plan = _plan(config, index)
+    # The node the run starts on, from a stream of its own (the other draws stay the same).
+    node_rng = random.Random(f"{config.seed}/{index}/nodes")
+    owner = _pick(node_rng, soak.nodes) if soak.nodes else None
+    if owner is not None:
+        soak.owners[plan.run_id] = owner
+    eng = owner.eng if owner is not None else soak.eng
     rng = random.Random(f"{config.seed}/{index}/viewers")
     viewers = [
         _Viewer(f"{plan.run_id}/v{n}-{kind}", kind)
@@ -931,7 +1025,10 @@ async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
                     cancelled = True
                     run.cancel("soak: the parent was cancelled")
     else:
-        cancelled = await _one_http_run(soak, plan, drive, unfinished, viewers, http_viewers, rng)
+        cancelled = await _one_http_run(
+            soak, plan, drive, unfinished, viewers, http_viewers, rng, node_rng
+        )
+    soak.owners.pop(plan.run_id, None)
     return _RunOutcome(
         plan=plan,
         store=soak.stores.pop(plan.run_id),
@@ -953,12 +1050,18 @@ async def _one_http_run(
     viewers: list[_Viewer],
     http_viewers: list[_HttpViewer],
     rng: random.Random,
+    node_rng: random.Random,
 ) -> bool:
-    """Start the run with `POST /runs` (its parent runs `drive`), watch it over HTTP, stop it
-    with `POST /runs/<id>/stop` at `plan.cancel_at`; True if it was stopped."""
+    """Start the run with `POST /runs` (its parent runs `drive`) on its owner node, watch it
+    over HTTP, stop it with `POST /runs/<id>/stop` at `plan.cancel_at`; True if it was stopped.
+    Every viewer connection, stop and answer goes to a random node (`node_rng`)."""
     assert soak.clients is not None and soak.host is not None
     http = soak.clients.fast
-    base = soak.base_url
+    owner = soak.owners.get(plan.run_id)
+    eng = owner.eng if owner is not None else soak.eng
+    host = owner.host if owner is not None else soak.host
+    base = owner.base_url if owner is not None else soak.base_url
+    bases = [node.base_url for node in soak.nodes] or [base]
     driven = trio.Event()
 
     async def drive_and_tell(run: Run) -> None:
@@ -976,25 +1079,29 @@ async def _one_http_run(
     document = response.json()
     token = str(document["viewer_token"])
     auth = {"authorization": f"Bearer {token}"}
-    hosted = await soak.host.find(plan.run_id, token)
-    journal = soak.eng.journal(plan.run_id)
+    hosted = await host.find(plan.run_id, token)
+    journal = eng.journal(plan.run_id)
     assert journal is not None
     cancelled = False
 
     async def answer_over_http(delegation_id: str) -> None:
         answer = {"delegationId": delegation_id, "text": "soak"}
-        reply = await http.post(f"{base}/runs/{plan.run_id}/answer", json=answer, headers=auth)
+        at = _pick(node_rng, bases)
+        reply = await http.post(f"{at}/runs/{plan.run_id}/answer", json=answer, headers=auth)
         if reply.status_code not in (202, 409):  # 409: it ended meanwhile
             raise RuntimeError(f"POST answer: HTTP {reply.status_code} {reply.text[:200]}")
 
     async with trio.open_nursery() as watchers:
-        url = f"{base}{document['events_url']}"
-        ws_url = base.replace("http://", "ws://", 1) + document["websocket_url"]
+        urls = [f"{b}{document['events_url']}" for b in bases]
+        ws_urls = [b.replace("http://", "ws://", 1) + document["websocket_url"] for b in bases]
         for viewer in http_viewers:
+            nodes = rng_of(node_rng)
             if viewer.transport == "ws":
-                watchers.start_soon(_view_ws, ws_url, token, viewer, rng_of(rng))
+                watchers.start_soon(_view_ws, ws_urls, token, viewer, rng_of(rng), nodes)
             else:
-                watchers.start_soon(_view_sse, soak.clients, url, token, viewer, rng_of(rng))
+                watchers.start_soon(
+                    _view_sse, soak.clients, urls, token, viewer, rng_of(rng), nodes
+                )
         for journal_viewer in viewers:
             watchers.start_soon(_view, journal, journal_viewer, rng_of(rng))
         watchers.start_soon(_answer_inputs, answer_over_http, journal)
@@ -1003,7 +1110,8 @@ async def _one_http_run(
                 await driven.wait()
             if unfinished() and not hosted.ended.is_set():
                 cancelled = True
-                stop = await http.post(f"{base}/runs/{plan.run_id}/stop", headers=auth)
+                at = _pick(node_rng, bases)
+                stop = await http.post(f"{at}/runs/{plan.run_id}/stop", headers=auth)
                 if stop.status_code != 200 or not stop.json().get("stopped"):
                     raise RuntimeError(f"POST stop: HTTP {stop.status_code} {stop.text[:200]}")
         await hosted.ended.wait()
@@ -1717,30 +1825,179 @@ class _AguiServer(_ChildServer):
     module = "tools.peers.agui_app"
 
 
+class _RedisServer:
+    """A redis-server for the soak's shared store: a free 127.0.0.1 port, its files in a
+    temporary directory, nothing persisted (`--save ""`, no append-only file), in its own
+    process group; stopped by its process id on `close()`."""
+
+    def __init__(self, directory: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError(
+                "redis-server is not installed (apt-get install redis-server): the soak's "
+                "--store redis starts one"
+            )
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = int(probe.getsockname()[1])
+        self.log_path = directory / "redis.log"
+        argv = [
+            binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(directory),
+            "--logfile", str(self.log_path),
+            "--daemonize", "no",
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + REDIS_READY_DEADLINE
+        while not self._answers_ping():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                log = (
+                    self.log_path.read_text(errors="replace")[-2000:]
+                    if self.log_path.exists()
+                    else ""
+                )
+                raise RuntimeError(f"redis-server on port {self.port} did not start: {log}")
+            time.sleep(0.02)  # a starting child: bounded by the deadline above
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def _answers_ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as conn:
+                conn.sendall(b"PING\r\n")
+                return conn.recv(64).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def close(self) -> None:
+        stop_process_group(self.proc, STOP_DEADLINE)
+
+
+@asynccontextmanager
+async def _open_archives(
+    config: SoakConfig, directory: Path | None, redis_url: str | None
+) -> AsyncIterator[list[RunArchive | None]]:
+    """The archive each node keeps runs in (`[None]`: in memory): one SQLite file, or one
+    Redis archive per node (`soak-node-<i>`), all in one namespace of the soak's redis."""
+    if config.store == "memory":
+        yield [None]
+        return
+    async with AsyncExitStack() as stack:
+        archives: list[RunArchive | None] = []
+        if config.store == "sqlite":
+            assert directory is not None
+            path = directory / "runs.sqlite3"
+            archives.append(await stack.enter_async_context(open_sqlite_archive(path)))
+        else:
+            assert redis_url is not None
+            for i in range(config.nodes):
+                opened = open_redis_archive(redis_url, node=f"soak-node-{i}", namespace="soak")
+                archives.append(await stack.enter_async_context(opened))
+        yield archives
+
+
+@asynccontextmanager
+async def _open_node(
+    name: str,
+    config: SoakConfig,
+    archive: RunArchive | None,
+    agents: list[AgentSpec],
+    limits: EngineLimits,
+    store_factory: Callable[[str, EngineLimits], JournalStore],
+    drives: dict[str, Callable[[Run], Awaitable[None]]],
+    report: SoakReport,
+    followups: dict[str, str],
+) -> AsyncIterator[_Node]:
+    """One server node: its engine (keeping runs in `archive`, if any), a `RunHost` (sharing
+    the archive with the other nodes, `web.cluster.run_node` running, when it is Redis) and
+    Hypercorn on 127.0.0.1:0. On exit the host's runs are over; what the engine still had
+    open is a leak, and its remote cancel follow-ups go to `followups`."""
+    shared = cast(SharedRunArchive, archive) if config.store == "redis" else None
+    async with Engine(agents, limits=limits, store_factory=store_factory, archive=archive) as eng:
+        async with trio.open_nursery() as host_nursery:
+            # The soak names its runs (its accounting keys them by plan), so its host takes
+            # the caller's run id as the run's id, and keeps no replay beyond the count: runs
+            # churn faster here than any retention time.
+            host = RunHost(
+                eng,
+                host_nursery,
+                lambda: _SoakParent(drives),
+                max_active_runs=limits.retained_closed_runs,
+                replay_retention=0,
+                new_run_id=_soak_run_id,
+                shared=shared,
+            )
+            if shared is not None:
+                await host_nursery.start(run_node, host, shared)
+            app = create_app(
+                host, HostConfig(source="<soak>", limits=limits), default_encoder_factory()
+            )
+            async with serve_app(app) as base_url:
+                yield _Node(name=name, eng=eng, host=host, base_url=base_url)
+            host_nursery.cancel_scope.cancel()
+        followups.update(eng.cancel_followups)
+        if eng.open_runs or eng.active_delegations:
+            report.leaks.append(
+                f"{name}: engine still has {eng.open_runs} runs and "
+                f"{eng.active_delegations} delegations open"
+            )
+
+
 async def _soak(
-    config: SoakConfig, server_port: int, agui_port: int, server_pids: set[int]
+    config: SoakConfig,
+    server_port: int,
+    agui_port: int,
+    server_pids: set[int],
+    directory: Path | None = None,
+    redis_url: str | None = None,
 ) -> SoakReport:
-    report = SoakReport(seed=config.seed)
+    report = SoakReport(seed=config.seed, store=config.store, nodes=config.nodes)
     started = time.monotonic()
     deadline = started + config.minutes * 60 if config.minutes is not None else None
     fds_before = _fd_count()
     tasks_before = len(_trio_tasks())
     children_before = _child_pids()
-    agents = _agents(server_port, agui_port)
     agui_text = _agui_text()
     stores: dict[str, _RecordingStore] = {}
     small_windows: set[str] = set()
     all_results: dict[str, Any] = {}
+    run_results: dict[str, list[Any]] = {}
+    drives: dict[str, Callable[[Run], Awaitable[None]]] = {}
+    followups: dict[str, str] = {}
 
-    def store_factory(run_id: str, limits: EngineLimits) -> JournalStore:
-        small = run_id in small_windows
-        inner = MemoryJournalStore(
-            run_id,
-            max_events=24 if small else limits.replay_window_events,
-            max_bytes=limits.replay_window_bytes,
-        )
-        stores[run_id] = _RecordingStore(inner)
-        return stores[run_id]
+    def store_factory_of(
+        archive: RunArchive | None,
+    ) -> Callable[[str, EngineLimits], JournalStore]:
+        def store_factory(run_id: str, limits: EngineLimits) -> JournalStore:
+            small = run_id in small_windows
+            max_events = 24 if small else limits.replay_window_events
+            inner: JournalStore
+            if archive is None:
+                inner = MemoryJournalStore(
+                    run_id, max_events=max_events, max_bytes=limits.replay_window_bytes
+                )
+            else:
+                policy = RetentionPolicy(
+                    max_events=max_events, max_bytes=limits.replay_window_bytes
+                )
+                inner = archive.journal_store(run_id, policy)
+            stores[run_id] = _RecordingStore(inner)
+            return stores[run_id]
+
+        return store_factory
 
     limits = EngineLimits(
         max_concurrent_per_run=8,
@@ -1750,92 +2007,108 @@ async def _soak(
     )
     clients = _HttpClients()
     try:
-        async with Engine(agents, limits=limits, store_factory=store_factory) as eng:
-            soak = _Soak(eng=eng, stores=stores, config=config, clients=clients)
-            async with trio.open_nursery() as host_nursery:
-                # The soak names its runs (its accounting keys them by plan), so its host takes
-                # the caller's run id as the run's id, and keeps no replay beyond the count: runs
-                # churn faster here than any retention time.
-                soak.host = RunHost(
-                    eng,
-                    host_nursery,
-                    lambda: _SoakParent(soak.drives),
-                    max_active_runs=limits.retained_closed_runs,
-                    replay_retention=0,
-                    new_run_id=_soak_run_id,
+        async with (
+            _open_archives(config, directory, redis_url) as archives,
+            AsyncExitStack() as node_stack,
+        ):
+            nodes: list[_Node] = []
+            for i in range(config.nodes):
+                archive = archives[i] if len(archives) > 1 else archives[0]
+                opened = _open_node(
+                    f"soak-node-{i}",
+                    config,
+                    archive,
+                    _agents(server_port, agui_port),
+                    limits,
+                    store_factory_of(archive),
+                    drives,
+                    report,
+                    followups,
                 )
-                app = create_app(
-                    soak.host, HostConfig(source="<soak>", limits=limits), default_encoder_factory()
-                )
-                async with serve_app(app) as base_url:
-                    soak.base_url = base_url
+                nodes.append(await node_stack.enter_async_context(opened))
+            soak = _Soak(
+                eng=nodes[0].eng,
+                stores=stores,
+                config=config,
+                base_url=nodes[0].base_url,
+                host=nodes[0].host,
+                clients=clients,
+                drives=drives,
+                nodes=nodes,
+            )
 
-                    async def run_and_account(index: int) -> None:
-                        plan = _plan(config, index)
-                        if plan.small_window:
-                            small_windows.add(plan.run_id)
+            async def run_and_account(index: int) -> None:
+                plan = _plan(config, index)
+                if plan.small_window:
+                    small_windows.add(plan.run_id)
+                try:
+                    with trio.fail_after(RUN_DEADLINE):
+                        outcome = await _one_run(soak, index)
+                except trio.TooSlowError:
+                    report.leaks.append(
+                        f"{plan.run_id}: did not end within {RUN_DEADLINE:g} s: "
+                        + soak.describe(plan.run_id)
+                    )
+                    return
+                finally:
+                    soak.progress.pop(plan.run_id, None)
+                _account_run(outcome, report, agui_text)
+                ids = {handle.delegation_id for handle in outcome.handles}
+                alive = [
+                    name
+                    for name in _trio_tasks()
+                    if name.startswith("delegation ") and name.split()[1] in ids
+                ]
+                if alive:
+                    report.leaks.append(f"{plan.run_id}: tasks outlived the run: {alive}")
+                for result in outcome.results:
+                    all_results[result.delegation_id] = result
+                run_results[plan.run_id] = list(outcome.results)
+
+            # Warm-up: every agent once, and one run over HTTP, so the RSS baseline has seen
+            # each code path.
+            warm = SoakConfig(
+                seed=config.seed,
+                runs=1,
+                cancel_probability=0.0,
+                store=config.store,
+                nodes=config.nodes,
+            )
+            async with trio.open_nursery() as nursery:
+                for n, agent in enumerate(WEIGHTS):
+                    nursery.start_soon(_warm_run, soak.eng, stores, warm, n, [_agent_key(agent)])
+                warm_http = attrs.evolve(
+                    soak,
+                    config=attrs.evolve(warm, http_probability=1.0),
+                    progress={},
+                    stream_leaks=[],
+                )
+                nursery.start_soon(_warm_http_run, warm_http, report)
+            gc.collect()
+            report.rss_baseline = _rss()
+            slots = trio.Semaphore(config.concurrency)
+            async with trio.open_nursery() as nursery:
+                index = 0
+                while config.runs is None or index < config.runs:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        break
+                    await slots.acquire()
+
+                    async def slot(i: int) -> None:
                         try:
-                            with trio.fail_after(RUN_DEADLINE):
-                                outcome = await _one_run(soak, index)
-                        except trio.TooSlowError:
-                            report.leaks.append(
-                                f"{plan.run_id}: did not end within {RUN_DEADLINE:g} s: "
-                                + soak.describe(plan.run_id)
-                            )
-                            return
+                            await run_and_account(i)
                         finally:
-                            soak.progress.pop(plan.run_id, None)
-                        _account_run(outcome, report, agui_text)
-                        ids = {handle.delegation_id for handle in outcome.handles}
-                        alive = [
-                            name
-                            for name in _trio_tasks()
-                            if name.startswith("delegation ") and name.split()[1] in ids
-                        ]
-                        if alive:
-                            report.leaks.append(f"{plan.run_id}: tasks outlived the run: {alive}")
-                        for result in outcome.results:
-                            all_results[result.delegation_id] = result
+                            slots.release()
 
-                    # Warm-up: every agent once, and one run over HTTP, so the RSS baseline has
-                    # seen each code path.
-                    warm = SoakConfig(seed=config.seed, runs=1, cancel_probability=0.0)
-                    async with trio.open_nursery() as nursery:
-                        for n, agent in enumerate(WEIGHTS):
-                            nursery.start_soon(_warm_run, eng, stores, warm, n, [_agent_key(agent)])
-                        warm_http = _Soak(
-                            eng=eng,
-                            stores=stores,
-                            config=attrs.evolve(warm, http_probability=1.0),
-                            base_url=base_url,
-                            host=soak.host,
-                            clients=clients,
-                            drives=soak.drives,
-                        )
-                        nursery.start_soon(_warm_http_run, warm_http, report)
-                    gc.collect()
-                    report.rss_baseline = _rss()
-                    slots = trio.Semaphore(config.concurrency)
-                    async with trio.open_nursery() as nursery:
-                        index = 0
-                        while config.runs is None or index < config.runs:
-                            if deadline is not None and time.monotonic() >= deadline:
-                                break
-                            await slots.acquire()
-
-                            async def slot(i: int) -> None:
-                                try:
-                                    await run_and_account(i)
-                                finally:
-                                    slots.release()
-
-                            nursery.start_soon(slot, index)
-                            index += 1
-                    report.leaks.extend(soak.stream_leaks)
-                    if soak.host.active_runs:
-                        report.leaks.append(f"the server still hosts {soak.host.active_runs} runs")
-                host_nursery.cancel_scope.cancel()
-            followups = dict(eng.cancel_followups)
+                    nursery.start_soon(slot, index)
+                    index += 1
+            report.leaks.extend(soak.stream_leaks)
+            for node in nodes:
+                if node.host.active_runs:
+                    report.leaks.append(
+                        f"{node.name}: the server still hosts {node.host.active_runs} runs"
+                    )
+            await node_stack.aclose()
             http = clients.fast
             response = await http.get(f"http://127.0.0.1:{server_port}/_test/log")
             response.raise_for_status()
@@ -1844,14 +2117,14 @@ async def _soak(
             response.raise_for_status()
             must_close = _account_agui_remote(response.json(), all_results, report)
             await _remote_streams_closed(http, agui_port, must_close, report)
-            if eng.open_runs or eng.active_delegations:
-                report.leaks.append(
-                    f"engine still has {eng.open_runs} runs and "
-                    f"{eng.active_delegations} delegations open"
+            if archives[0] is not None:
+                policy = RetentionPolicy(
+                    max_events=limits.replay_window_events, max_bytes=limits.replay_window_bytes
                 )
+                await _account_archive(archives[0], run_results, policy, report)
     finally:
         with trio.CancelScope(shield=True):
-            await clients.aclose()  # the engine closed its agents' targets as it exited
+            await clients.aclose()  # the engines closed their agents' targets as they exited
     gc.collect()
     await trio.sleep(0.2)  # sockets closed by the peer are reaped by the next checkpoints
     gc.collect()
@@ -1872,6 +2145,67 @@ async def _soak(
         )
     report.seconds = time.monotonic() - started
     return report
+
+
+async def _account_archive(
+    archive: RunArchive,
+    runs: Mapping[str, list[Any]],
+    policy: RetentionPolicy,
+    report: SoakReport,
+) -> None:
+    """What the archive kept of every accounted run (read once every node has closed): its
+    record ended with the outcome its replay ends with; its replay from cursor 0 ends with
+    exactly one run terminal; every delegation's audit record ended as its result says; its
+    results equal the engine's."""
+    for run_id, engine_results in sorted(runs.items()):
+        report.archived_runs += 1
+        where = f"archive {run_id}"
+        record = await archive.run(run_id)
+        if record is None:
+            report.lost.append(f"{where}: no record of the run")
+            continue
+        replay: list[JournalEntry] = []
+        store = archive.journal_store(run_id, policy)
+        after = 0
+        while batch := await store.read_after(after, 512):
+            replay.extend(batch)
+            after = batch[-1].cursor
+        terminals = [entry for entry in replay if entry.event.kind in Kind.RUN_TERMINALS]
+        if len(terminals) != 1 or replay[-1] is not terminals[0]:
+            kinds = [entry.event.kind for entry in terminals]
+            report.mismatches.append(f"{where}: replay from 0 has run terminals {kinds}, not last")
+        if record.live:
+            report.mismatches.append(f"{where}: the record is still live")
+        elif terminals and record.outcome != terminals[-1].event.kind:
+            report.mismatches.append(
+                f"{where}: record outcome {record.outcome}, replay ends {terminals[-1].event.kind}"
+            )
+        audits = {audit.delegation_id: audit for audit in await archive.audits(run_id)}
+        for result in engine_results:
+            audit = audits.get(result.delegation_id)
+            if audit is None:
+                report.mismatches.append(f"{where}/{result.delegation_id}: no audit record")
+            elif not audit.ended or audit.status != result.status:
+                report.mismatches.append(
+                    f"{where}/{result.delegation_id}: audit status {audit.status}, result "
+                    f"{result.status}"
+                )
+        archived = {result.delegation_id: result for result in await archive.results(run_id)}
+        for result in engine_results:
+            kept = archived.pop(result.delegation_id, None)
+            if kept is None:
+                report.mismatches.append(f"{where}/{result.delegation_id}: no archived result")
+            elif kept != result:
+                fields = [
+                    name
+                    for name in attrs.fields_dict(type(result))
+                    if getattr(kept, name) != getattr(result, name)
+                ]
+                report.mismatches.append(
+                    f"{where}/{result.delegation_id}: archived result differs in {fields}"
+                )
+        if archived:
+            report.mismatches.append(f"{where}: results the engine never had: {sorted(archived)}")
 
 
 def _fd_targets() -> list[str]:
@@ -1909,22 +2243,40 @@ async def _warm_run(
 
 
 def run_soak(config: SoakConfig) -> SoakReport:
-    """Start the remotes (A2A and AG-UI), run the soak, stop them; the report says what was
+    """Start the remotes (A2A and AG-UI) and what keeps the runs (a temporary directory for
+    SQLite, a redis-server for Redis), run the soak, stop them; the report says what was
     found."""
-    server = _FaultServer()
-    try:
-        agui = _AguiServer()
+    with tempfile.TemporaryDirectory(prefix="soak-") as temporary:
+        directory = Path(temporary)
+        server = _FaultServer()
         try:
-            pids = {server.proc.pid, agui.proc.pid}
-            return trio.run(_soak, config, server.port, agui.port, pids)
+            agui = _AguiServer()
+            try:
+                pids = {server.proc.pid, agui.proc.pid}
+                redis = _RedisServer(directory) if config.store == "redis" else None
+                try:
+                    if redis is not None:
+                        pids.add(redis.proc.pid)
+                    url = redis.url if redis is not None else None
+                    return trio.run(_soak, config, server.port, agui.port, pids, directory, url)
+                finally:
+                    if redis is not None:
+                        redis.close()
+            finally:
+                agui.close()
         finally:
-            agui.close()
-    finally:
-        server.close()
+            server.close()
 
 
 def soak_main(
-    *, minutes: float | None, seed: int | None, runs: int | None, concurrency: int, out: TextIO
+    *,
+    minutes: float | None,
+    seed: int | None,
+    runs: int | None,
+    concurrency: int,
+    out: TextIO,
+    store: str = "memory",
+    nodes: int = 1,
 ) -> int:
     """`python -m tools.soak`: print the summary table; 1 if anything was lost or leaked."""
     if seed is None:
@@ -1937,9 +2289,12 @@ def soak_main(
         tolerate=frozenset(),
         minutes=minutes if runs is None or minutes is not None else None,
         concurrency=concurrency,
+        store=store,
+        nodes=nodes,
     )
     print(
-        f"soak: seed {seed}, {concurrency} runs at once, "
+        f"soak: seed {seed}, store {store}, {nodes} node{'s' if nodes != 1 else ''}, "
+        f"{concurrency} runs at once, "
         + (f"{runs} runs" if runs is not None else f"{minutes:g} min"),
         file=out,
         flush=True,

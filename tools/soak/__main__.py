@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from tools.soak import soak_main
+from tools.soak import STORES, soak_main
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -28,7 +28,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     soak.add_argument(
         "--total", type=int, help="stop after this many runs instead of after --minutes"
     )
+    soak.add_argument(
+        "--store",
+        choices=STORES,
+        default="memory",
+        help="where the engines keep runs: in memory, a SQLite file in a temporary directory, "
+        "or a redis-server the soak starts (default: memory)",
+    )
+    soak.add_argument(
+        "--nodes",
+        type=int,
+        default=1,
+        metavar="N",
+        help="server nodes sharing the store (more than 1 only with --store redis; default: 1)",
+    )
     args = soak.parse_args(argv)
+    if args.nodes < 1:
+        soak.error(f"--nodes must be at least 1, got {args.nodes}")
+    if args.nodes > 1 and args.store != "redis":
+        soak.error("--nodes above 1 needs a shared store: --store redis")
     minutes = args.minutes if args.minutes is not None or args.total else 1.0
     return soak_main(
         minutes=minutes,
@@ -36,6 +54,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         runs=args.total,
         concurrency=args.concurrency,
         out=sys.stdout,
+        store=args.store,
+        nodes=args.nodes,
     )
 
 
