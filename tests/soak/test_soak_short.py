@@ -4,7 +4,9 @@ Each case runs `tools.soak.run_soak` for a bounded number of runs (never a wall-
 the same seed draws the same faults, cancel moments and viewer behaviours every time. A failure
 prints the whole report, seed included: `subagent-engine soak --seed S --total N` replays it.
 Both cases start their own remotes (tools/peers/a2a_faulty.py and tools/peers/agui_app.py)
-as child processes and the bundled server (web/server.py) in-process on 127.0.0.1:0.
+as child processes and the bundled server (web/server.py) in-process on 127.0.0.1:0. The stored
+forms keep runs in a SQLite archive, and in a redis-server the soak starts shared by two
+server nodes, and then check what the archive kept.
 """
 
 from __future__ import annotations
@@ -12,15 +14,28 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import attrs
 import pytest
 
 from adapters.agui import MODES, AguiStreamEncoder, frame_events, parse_sse
-from engine import DelegationEvent, JournalEntry, Kind, MemoryJournalStore, RunJournal
+from engine import (
+    DelegationEvent,
+    DelegationResult,
+    JournalEntry,
+    Kind,
+    MemoryJournalStore,
+    MemoryRunArchive,
+    RetentionPolicy,
+    RunJournal,
+    RunRecord,
+    Status,
+)
 from tools.soak import (
     HTTP_VIEWER_KINDS,
     VIEWER_KINDS,
     SoakConfig,
     SoakReport,
+    _account_archive,
     _account_http_viewer,
     _account_viewer,
     _complete_blocks,
@@ -82,6 +97,74 @@ def test_fixed_seed_soak_loses_nothing_and_leaks_nothing() -> None:
     assert report.folds > 0 and report.sse_frames > 0, report.format()
     assert any(kind.startswith("a2a CancelTask") for kind in report.remote_cancels)
     assert any(kind.startswith("agui stop") for kind in report.remote_cancels)
+
+
+#: The stored forms: runs kept in a SQLite archive, and in a Redis shared by two nodes.
+STORE_SEED = 11
+STORE_RUNS = 8
+
+
+@pytest.mark.slow
+def test_sqlite_store_soak_loses_nothing_and_the_archive_agrees() -> None:
+    report = run_soak(SoakConfig(seed=STORE_SEED, runs=STORE_RUNS, concurrency=4, store="sqlite"))
+    _check(report)
+    assert (report.store, report.nodes) == ("sqlite", 1), report.format()
+    assert report.runs == report.archived_runs == STORE_RUNS, report.format()
+    assert report.http_runs > 0 and report.parent_cancels > 0, report.format()
+
+
+@pytest.mark.slow
+def test_redis_store_soak_on_two_nodes_loses_nothing_and_the_archive_agrees() -> None:
+    report = run_soak(
+        SoakConfig(seed=STORE_SEED, runs=STORE_RUNS, concurrency=4, store="redis", nodes=2)
+    )
+    _check(report)
+    assert (report.store, report.nodes) == ("redis", 2), report.format()
+    assert report.runs == report.archived_runs == STORE_RUNS, report.format()
+    # Viewers followed runs of the other node in the store, and a stop was forwarded.
+    assert report.elsewhere["viewer connections"] > 0, report.format()
+    assert report.elsewhere["stops"] > 0, report.format()
+
+
+@pytest.mark.parametrize(
+    ("store", "nodes"), [("postgres", 1), ("memory", 0), ("memory", 2), ("sqlite", 2)]
+)
+def test_a_store_or_node_count_the_soak_cannot_run_is_refused(store: str, nodes: int) -> None:
+    with pytest.raises(ValueError, match=r"store|nodes"):
+        SoakConfig(store=store, nodes=nodes)
+
+
+async def test_the_archive_accounting_notices_what_the_archive_lost() -> None:
+    """A record left live, a replay without its run terminal, a delegation without an ended
+    audit record or an archived result: each one is reported."""
+    archive = MemoryRunArchive()
+    policy = RetentionPolicy(max_events=100, max_bytes=1 << 20)
+    await archive.open_run(RunRecord(run_id="r", started_at=1.0))
+    journal = RunJournal("r", store=archive.journal_store("r", policy))
+    await journal.append(DelegationEvent(kind=Kind.RUN_STARTED, run_id="r"))
+    await journal.append(DelegationEvent(kind=Kind.STARTED, run_id="r", delegation_id="d"))
+    result = DelegationResult(
+        delegation_id="d", agent="talker", remote_protocol="inprocess", status=Status.COMPLETED
+    )
+    report = SoakReport(seed=0, store="sqlite")
+    await _account_archive(archive, {"r": [result], "gone": []}, policy, report)
+    problems = "\n".join(report.lost + report.mismatches)
+    assert "archive gone: no record of the run" in problems
+    assert "archive r: replay from 0 has run terminals [], not last" in problems
+    assert "archive r: the record is still live" in problems
+    assert "archive r/d: audit status running, result completed" in problems
+    assert "archive r/d: no archived result" in problems
+
+    await journal.append(DelegationEvent(kind=Kind.FINISHED, run_id="r", delegation_id="d"))
+    await journal.append(DelegationEvent(kind=Kind.RUN_FINISHED, run_id="r"))
+    await archive.record_results("r", [result])
+    await archive.close_run("r", Kind.RUN_FINISHED, 2.0)
+    report = SoakReport(seed=0, store="sqlite")
+    await _account_archive(archive, {"r": [result]}, policy, report)
+    assert report.ok and report.archived_runs == 1, report.format()
+    changed = attrs.evolve(result, summary="not what the archive kept")
+    await _account_archive(archive, {"r": [changed]}, policy, report)
+    assert report.mismatches == ["archive r/d: archived result differs in ['summary']"]
 
 
 def test_random_seed_soak_loses_nothing_and_leaks_nothing() -> None:

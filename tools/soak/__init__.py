@@ -330,6 +330,8 @@ class SoakReport:
     http_runs: int = 0
     #: Runs whose archived record, replay, audit trail and results were checked.
     archived_runs: int = 0
+    #: Viewer connections, stops and answers that went to a node not owning the run.
+    elsewhere: Counter[str] = attrs.field(factory=Counter)
     faults: Counter[str] = attrs.field(factory=Counter)
     outcomes: Counter[str] = attrs.field(factory=Counter)
     viewer_kinds: Counter[str] = attrs.field(factory=Counter)
@@ -362,6 +364,7 @@ class SoakReport:
         rows = [
             ("seed", str(self.seed)),
             ("store / nodes", f"{self.store} / {self.nodes}"),
+            ("sent to a node not owning the run", _counts(self.elsewhere)),
             ("runs", f"{self.runs} ({self.http_runs} over HTTP)"),
             ("delegations", str(self.delegations)),
             ("events (journaled)", str(self.events)),
@@ -598,6 +601,10 @@ class _HttpViewer:
     reconnects: int = 0
     problems: list[str] = attrs.field(factory=list)
     done: bool = False
+    #: Connections made to a node that does not own the run (it follows the run in the store).
+    elsewhere: int = 0
+    #: The index of the run's owner among the URLs the viewer picks from.
+    home: int = 0
 
     @property
     def engine_format(self) -> bool:
@@ -661,7 +668,9 @@ async def _view_sse(
         budget = rng.randint(64, 24 << 10) << stalls if flaky and stalls < 12 else None
         received = bytearray()
         ended = False
-        url = _pick(nodes, urls)
+        at = _pick(nodes, range(len(urls)))
+        viewer.elsewhere += at != viewer.home
+        url = urls[at]
         try:
             async with client.stream("GET", url, headers=headers, params=params) as response:
                 if response.status_code != 200:
@@ -730,8 +739,10 @@ async def _view_ws(
         # blocked on a full message queue forever: its `aclose` skips closing the queue).
         with trio.CancelScope() as connection:
             try:
+                at = _pick(nodes, range(len(ws_urls)))
+                viewer.elsewhere += at != viewer.home
                 async with open_websocket_url(
-                    f"{_pick(nodes, ws_urls)}?{urlencode(params)}",
+                    f"{ws_urls[at]}?{urlencode(params)}",
                     max_message_size=WS_MAX_MESSAGE,
                     disconnect_timeout=STOP_DEADLINE,
                 ) as ws:
@@ -913,6 +924,8 @@ class _Soak:
     stream_leaks: list[str] = attrs.field(factory=list)
     nodes: list[_Node] = attrs.field(factory=list)
     owners: dict[str, _Node] = attrs.field(factory=dict)
+    #: Stops and answers sent to a node that does not own the run (it forwards them).
+    elsewhere: Counter[str] = attrs.field(factory=Counter)
 
     def owner_of(self, run_id: str) -> Engine:
         node = self.owners.get(run_id)
@@ -1062,6 +1075,8 @@ async def _one_http_run(
     host = owner.host if owner is not None else soak.host
     base = owner.base_url if owner is not None else soak.base_url
     bases = [node.base_url for node in soak.nodes] or [base]
+    for viewer in http_viewers:
+        viewer.home = bases.index(base)
     driven = trio.Event()
 
     async def drive_and_tell(run: Run) -> None:
@@ -1087,6 +1102,7 @@ async def _one_http_run(
     async def answer_over_http(delegation_id: str) -> None:
         answer = {"delegationId": delegation_id, "text": "soak"}
         at = _pick(node_rng, bases)
+        soak.elsewhere["answers"] += at != base
         reply = await http.post(f"{at}/runs/{plan.run_id}/answer", json=answer, headers=auth)
         if reply.status_code not in (202, 409):  # 409: it ended meanwhile
             raise RuntimeError(f"POST answer: HTTP {reply.status_code} {reply.text[:200]}")
@@ -1111,6 +1127,7 @@ async def _one_http_run(
             if unfinished() and not hosted.ended.is_set():
                 cancelled = True
                 at = _pick(node_rng, bases)
+                soak.elsewhere["stops"] += at != base
                 stop = await http.post(f"{at}/runs/{plan.run_id}/stop", headers=auth)
                 if stop.status_code != 200 or not stop.json().get("stopped"):
                     raise RuntimeError(f"POST stop: HTTP {stop.status_code} {stop.text[:200]}")
@@ -1579,6 +1596,7 @@ def _account_run(outcome: _RunOutcome, report: SoakReport, agui_text: dict[str, 
     for http_viewer in outcome.http_viewers:
         report.viewers += 1
         report.reconnects += http_viewer.reconnects
+        report.elsewhere["viewer connections"] += http_viewer.elsewhere
         _account_http_viewer(outcome, http_viewer, report)
     terminals: dict[str, list[str]] = defaultdict(list)
     texts: dict[str, list[str]] = defaultdict(list)
@@ -2082,6 +2100,7 @@ async def _soak(
                     config=attrs.evolve(warm, http_probability=1.0),
                     progress={},
                     stream_leaks=[],
+                    elsewhere=Counter(),
                 )
                 nursery.start_soon(_warm_http_run, warm_http, report)
             gc.collect()
@@ -2103,6 +2122,7 @@ async def _soak(
                     nursery.start_soon(slot, index)
                     index += 1
             report.leaks.extend(soak.stream_leaks)
+            report.elsewhere.update(soak.elsewhere)
             for node in nodes:
                 if node.host.active_runs:
                     report.leaks.append(
