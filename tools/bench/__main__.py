@@ -2,7 +2,7 @@
 
 A developer tool run from a checkout, not part of the installed package:
 
-    python -m tools.bench journal | a2a | mcp | sse | scale [options]
+    python -m tools.bench journal | a2a | mcp | sse | scale | store [options]
 
 Each bench measures one path against the floor it cannot beat on this machine (a bare Trio
 channel, the bare a2a-sdk client, a bare mcp server, a raw ASGI app writing the same bytes) and
@@ -90,6 +90,22 @@ def _parser() -> argparse.ArgumentParser:
         "subagent-engine-bench-scale.png)",
     )
     scale.add_argument("--no-plot", action="store_true", help="write no PNG")
+    store = bench_sub.add_parser(
+        "store",
+        help="run stores (memory, SQLite, Redis) vs their raw clients: appends with fan-out, "
+        "a non-owner viewer's latency, resume, idle viewers",
+    )
+    store.add_argument(
+        "--quick", action="store_true", help="small sizes, one run each (a smoke run, seconds)"
+    )
+    store.add_argument("--stores", default="memory,sqlite,redis", help="comma-separated stores")
+    store.add_argument("--events", type=int, help="events per append run (default: 20,000)")
+    store.add_argument("--subscribers", type=int, help="live subscribers (default: 4)")
+    store.add_argument("--repeat", type=int, help="append runs per figure (default: 3)")
+    store.add_argument("--rate", type=float, help="events/s the owner writes (default: 5,000)")
+    store.add_argument("--seconds", type=float, help="how long it writes (default: 3)")
+    store.add_argument("--resume-events", type=int, help="events to resume (default: 100,000)")
+    store.add_argument("--viewers", type=int, help="idle viewers (default: 1,000)")
 
     return parser
 
@@ -121,6 +137,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.bench == "scale":
         return _bench_scale(args)
+    if args.bench == "store":
+        return _bench_store(args)
     raise AssertionError(f"unhandled bench {args.bench!r}")
 
 
@@ -147,6 +165,25 @@ def _bench_scale(args: argparse.Namespace) -> int:
         short_step_runs=1 if args.quick else scale.SHORT_STEP_RUNS,
         plot=None if args.no_plot else (args.plot or scale.PLOT_DEFAULT),
     )
+
+
+def _bench_store(args: argparse.Namespace) -> int:
+    import attrs
+
+    from tools.bench import store
+
+    given = {
+        name: getattr(args, name)
+        for name in attrs.fields_dict(store.StoreBenchSizes)
+        if getattr(args, name) is not None
+    }
+    try:
+        sizes = attrs.evolve(store.QUICK if args.quick else store.FULL, **given)
+    except ValueError as exc:
+        print(f"bench store: {exc}", file=sys.stderr)
+        return 2
+    names = [name.strip() for name in str(args.stores).split(",") if name.strip()]
+    return store.bench_store(sizes, stores=names)
 
 
 if __name__ == "__main__":
