@@ -5,10 +5,11 @@ This module owns four measurements of the run archives' journal stores (memory:
 printed beside the raw client doing the same work in the same invocation:
 
 1. Appends with fan-out: a `RunJournal` on the store appends `events` events of `bench journal`'s
-   mix in batches of `BATCH`, while `subscribers` live subscribers drain it; the clock runs from
-   the first append until every subscriber holds the last cursor. Raw: the client alone writes the
-   same rows (SQLite: `executemany` in one transaction per batch, on the Trio thread) or payloads
-   (Redis: one pipeline of XADDs per batch), encoded before the clock; memory: `deque.extend`.
+   mix in batches of `BATCH` (the default `RetentionPolicy`, so the window evicts as in a real
+   run), while `subscribers` live subscribers drain it; the clock runs from the first append
+   until every subscriber holds the last cursor. Raw: the client alone writes the same rows
+   (SQLite: `executemany` in one transaction per batch, on the Trio thread) or payloads (Redis:
+   one pipeline of XADDs per batch), encoded before the clock; memory: `deque.extend`.
 2. A viewer's latency on a non-owner node (Redis only: one SQLite file or memory has one node):
    archive A writes a run through a `RunJournal` at a paced `rate` events/s for `seconds`, each
    event stamped with `time.perf_counter()` in its `time` field as its batch is appended; archive
@@ -794,7 +795,8 @@ class _Runner:
         sizes = self.sizes
         self.print(
             f"appends with fan-out: a RunJournal on the store appending {sizes.events:,} events "
-            f"in batches of {BATCH} with {sizes.subscribers} live subscribers reading, clock "
+            f"in batches of {BATCH} with {sizes.subscribers} live subscribers reading (the default "
+            f"window of {RetentionPolicy().max_events:,} events, evicting as a run does), clock "
             f"until every subscriber holds the last cursor; raw: the client alone writing the "
             f"same rows/payloads (encoded before the clock)"
         )
