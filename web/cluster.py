@@ -6,10 +6,11 @@ This module owns what a node does for the others while it serves (`run_node`, st
 - it holds its lease in the store, renewed every third of `lease_seconds`, and gives it up
   when it stops cleanly;
 - it watches for nodes whose lease lapsed while they still own live runs (a node killed, cut
-  off or frozen) and, once it claimed such a node (one survivor does), ends each of its runs
-  as crash recovery does (`engine.recover_runs`, error `node_lost`): a journaled terminal per
-  delegation and for the run, which the run's viewers on every node read, and the remote
-  tasks cancelled from the ids the audit trail kept;
+  off or frozen) and stayed lapsed for a whole lease period (a Redis restarted empty loses
+  the leases of nodes that are well); once it claimed such a node (one survivor does), it
+  ends each of its runs as crash recovery does (`engine.recover_runs`, error `node_lost`): a
+  journaled terminal per delegation and for the run, which the run's viewers on every node
+  read, and the remote tasks cancelled from the ids the audit trail kept;
 - it carries out the commands other nodes forward to it for the runs it owns: a viewer's stop
   (`{"op": "stop"}`) and answer (`{"op": "answer", "delegation_id", "text", "data"}`).
 
@@ -83,11 +84,24 @@ async def _keep_lease(archive: SharedRunArchive) -> None:
 
 
 async def _watch_lost_nodes(host: NodeHost, archive: SharedRunArchive) -> None:
+    """End the runs of nodes seen without a lease for a whole lease period.
+
+    A lease missing once proves nothing: a Redis restarted empty (or failed over to a replica
+    that had not the key yet) loses every lease at once, while the nodes behind them are well
+    and renew within a third of a lease. Only a node seen without a lease at every look for
+    `lease_seconds` has failed to renew for that long; ending the runs of one that did not
+    would fail runs that are still running (and that their node goes on writing)."""
     engine = host.engine
+    #: Node -> when this node first saw it without a lease, in an unbroken series of looks.
+    unleased: dict[str, float] = {}
     while True:
         await trio.sleep(archive.lease_seconds / 2)
         try:
-            lost = await archive.lost_nodes()
+            now = trio.current_time()
+            unleased = {node: unleased.get(node, now) for node in await archive.lost_nodes()}
+            lost = [
+                node for node, since in unleased.items() if now - since >= archive.lease_seconds
+            ]
             for node in lost:
                 if not await archive.claim_node(node):
                     continue
@@ -102,6 +116,7 @@ async def _watch_lost_nodes(host: NodeHost, archive: SharedRunArchive) -> None:
                 )
                 log.warning("node %s lost its lease: ended its %d live run(s)", node, len(ended))
         except OSError as exc:
+            unleased.clear()  # the series of looks is broken: start it again
             log.warning("looking for lost nodes failed (retrying): %r", exc)
 
 

@@ -482,28 +482,35 @@ async def _stream(
     tail: JournalTail | None = None,
 ) -> AsyncIterator[Out]:
     subscription: Subscription | JournalTail = tail or journal.subscribe(after)
-    async with subscription:
-        if after:
-            for entry in await journal.store.read_after(0, after):
-                if entry.cursor > after:  # gap markers stand for many cursors: stop at the cut
-                    break
-                encoder.frames(entry)
-        if preamble is not None:
-            yield preamble
-        while True:
-            batch: list[JournalEntry] = []
-            with trio.move_on_after(keepalive):
-                try:
-                    batch = await subscription.receive_batch()
-                except trio.EndOfChannel:
-                    return
-            if not batch:
-                if idle is not None:
-                    yield idle
-                continue
-            frames = encoder.frames_batch(batch)
-            if frames:
-                yield write(frames)
+    try:
+        async with subscription:
+            if after:
+                for entry in await journal.store.read_after(0, after):
+                    if entry.cursor > after:  # gap markers stand for many cursors: stop here
+                        break
+                    encoder.frames(entry)
+            if preamble is not None:
+                yield preamble
+            while True:
+                batch: list[JournalEntry] = []
+                with trio.move_on_after(keepalive):
+                    try:
+                        batch = await subscription.receive_batch()
+                    except trio.EndOfChannel:
+                        return
+                if not batch:
+                    if idle is not None:
+                        yield idle
+                    continue
+                frames = encoder.frames_batch(batch)
+                if frames:
+                    yield write(frames)
+    except OSError as exc:
+        # The run store cannot be read (a Redis outage, say): what this viewer needs next is
+        # only there (a run of another node, or a reader behind the live fan-out). The stream
+        # ends without the run's terminal, so the viewer reconnects from its last cursor, and
+        # is answered 503 store_unavailable until the store answers again.
+        log.warning("run %s: a stream ended, the run store cannot be read: %r", journal.run_id, exc)
 
 
 def create_app(
