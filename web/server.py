@@ -506,10 +506,11 @@ async def _stream(
                 if frames:
                     yield write(frames)
     except OSError as exc:
-        # The run store cannot be read (a Redis outage, say): what this viewer needs next is
-        # only there (a run of another node, or a reader behind the live fan-out). The stream
-        # ends without the run's terminal, so the viewer reconnects from its last cursor, and
-        # is answered 503 store_unavailable until the store answers again.
+        # The run store cannot be read (a Redis outage, say) and what this viewer needs next
+        # is only there (a run of another node, or a reader behind the live fan-out): the
+        # stream ends without the run's terminal, so the viewer reconnects from its last
+        # cursor (for a run of another node, answered 503 store_unavailable while the store
+        # stays unreadable), rather than the connection being cut by an error.
         log.warning("run %s: a stream ended, the run store cannot be read: %r", journal.run_id, exc)
 
 
