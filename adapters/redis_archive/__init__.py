@@ -13,9 +13,20 @@ The namespace carries a format marker: opening a namespace that holds other keys
 in a format this code does not know, raises `ArchiveOpenError` and writes nothing. Every call
 is bounded by a timeout; all failures are `OSError`s (`ArchiveError` and its subclasses), as
 the `RunArchive` seam asks.
+
+Redis slow or down: reads fail at once with `ArchiveUnavailableError`; journal appends (and
+results, and a run's end) are sent again until Redis takes them, so an outage shorter than
+`outage_budget` (and than what `max_buffer_bytes` lets wait) loses nothing and writes nothing
+twice. A longer one raises `ArchiveUnavailableError`, an `engine.StoreUnavailableError`, and
+the engine ends the run with a typed `store_unavailable` terminal. `statistics()` counts it.
 """
 
-from adapters.redis_archive._archive import RedisJournalStore, RedisRunArchive, open_redis_archive
+from adapters.redis_archive._archive import (
+    OutageStatistics,
+    RedisJournalStore,
+    RedisRunArchive,
+    open_redis_archive,
+)
 from adapters.redis_archive._errors import (
     ArchiveConflictError,
     ArchiveDataError,
@@ -32,6 +43,7 @@ __all__ = [
     "ArchiveError",
     "ArchiveOpenError",
     "ArchiveUnavailableError",
+    "OutageStatistics",
     "RedisJournalStore",
     "RedisRunArchive",
     "open_redis_archive",

@@ -1,9 +1,20 @@
 """The Redis run archive: `engine.RunArchive` on Redis Streams, with coredis under Trio.
 
 This module moves bytes: `_layout` decides what is kept where (and how a journal's window
-evicts and retains), `_scripts` holds the atomic writes. Every call is bounded by the
+evicts and retains), `_scripts` holds the atomic writes. Every call to Redis is bounded by the
 archive's `timeout`; a Redis that refuses, resets or does not answer in time surfaces as
 `ArchiveUnavailableError`, and the next call connects again (coredis's pool reconnects).
+
+Reads fail at once: a viewer gets a clear error, not a hang. Writes that lose nothing when
+repeated (journal appends, results, a run's end) ride out an outage instead: the same write is
+sent again, with backoff, until Redis takes it, or until Redis has been unavailable for
+`outage_budget` seconds, or until the bytes of the journal batches waiting this way would pass
+`max_buffer_bytes`; then the write raises `ArchiveUnavailableError`. A waiting append holds its
+run's writer, so the engine's run waits behind its bounded mailbox: memory stays bounded and
+nothing is dropped. An append sent again continues the same expected head, and the append
+script recognises a batch that already landed (its reply lost with the connection), so a retry
+never writes an entry twice.
+
 Cancelling a call cancels its wait; a write already sent may still land, so after a failed or
 cancelled append the journal's state is read back from Redis before the next one.
 
@@ -17,11 +28,20 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any, Final, TypeVar, cast
 
 import anyio
+import attrs
 import coredis
 import coredis.exceptions
 import trio
@@ -63,11 +83,17 @@ from engine import (
     to_json,
 )
 
-__all__ = ["RedisJournalStore", "RedisRunArchive", "open_redis_archive"]
+__all__ = ["OutageStatistics", "RedisJournalStore", "RedisRunArchive", "open_redis_archive"]
 
 log = logging.getLogger(__name__)
 
 _Record = TypeVar("_Record")
+_Result = TypeVar("_Result")
+
+#: The first wait before a write Redis failed is sent again; each next wait doubles, up to the
+#: longest.
+_FIRST_RETRY_DELAY: Final = 0.05
+_LONGEST_RETRY_DELAY: Final = 1.0
 
 #: Keys SCAN looks at per call when checking that a namespace without a marker is empty.
 _SCAN_COUNT: Final = 1000
@@ -80,6 +106,20 @@ _UNAVAILABLE: Final = (
     anyio.ClosedResourceError,
     anyio.EndOfStream,
 )
+
+
+@attrs.frozen
+class OutageStatistics:
+    """How the archive's writes rode out Redis outages, since it was opened."""
+
+    #: Writes sent again after Redis failed them.
+    retries: int
+    #: Appends sent again whose batch Redis already held (the reply was lost, not the write).
+    landed_before: int
+    #: Writes that raised `ArchiveUnavailableError` after waiting as long as they may.
+    given_up: int
+    #: The weight of the journal batches waiting for Redis now.
+    waiting_bytes: int
 
 
 class _RunState:
@@ -107,10 +147,21 @@ class RedisRunArchive:
         timeout: float,
         lease_seconds: float,
         max_commands: int,
+        outage_budget: float = 30.0,
+        max_buffer_bytes: int = 64 << 20,
     ) -> None:
         self.node = node
         self.keys = keys
         self.timeout = timeout
+        #: How long writes wait for a Redis that is unavailable before they fail.
+        self.outage_budget = outage_budget
+        #: How many bytes of journal batches may wait for Redis at once (their weights).
+        self.max_buffer_bytes = max_buffer_bytes
+        #: When the current outage began (Trio's clock): the first failure since the last
+        #: call that Redis answered. None while Redis answers.
+        self._outage_since: float | None = None
+        self._waiting_bytes = 0
+        self._retries = self._landed_before = self._given_up = 0
         #: How long this node's lease lasts unless renewed.
         self.lease_seconds = lease_seconds
         #: How many commands a node's queue keeps (the oldest are dropped first).
@@ -132,6 +183,7 @@ class RedisRunArchive:
         try:
             with trio.fail_after(limit):
                 yield
+            self._outage_since = None
         except ArchiveError:
             raise
         except trio.TooSlowError:
@@ -142,6 +194,64 @@ class RedisRunArchive:
             raise ArchiveUnavailableError(f"{what}: Redis is unavailable: {exc}") from exc
         except coredis.exceptions.RedisError as exc:
             raise ArchiveError(f"{what}: Redis answered an error: {exc}") from exc
+
+    async def _riding_out(
+        self, what: str, weight: int, write: Callable[[], Awaitable[_Result]]
+    ) -> _Result:
+        """`write()` (one call to Redis, safe to repeat), sent again with backoff while Redis
+        is unavailable (see the module docstring). `weight`: what the write holds in memory
+        while it waits, counted against `max_buffer_bytes`. Raises `ArchiveUnavailableError`
+        once it may wait no longer."""
+        delay = _FIRST_RETRY_DELAY
+        limit = self.timeout
+        waiting = False
+        try:
+            while True:
+                tried_at = trio.current_time()
+                try:
+                    with self._bounded(what, limit):
+                        return await write()
+                except ArchiveUnavailableError as exc:
+                    failure = exc
+                cause = str(failure).removeprefix(f"{what}: ")
+                now = trio.current_time()
+                if self._outage_since is None:
+                    self._outage_since = tried_at
+                if not waiting:
+                    if self._waiting_bytes + weight > self.max_buffer_bytes:
+                        self._given_up += 1
+                        raise ArchiveUnavailableError(
+                            f"{what}: Redis is unavailable and the writes waiting for it hold "
+                            f"{self._waiting_bytes} bytes; {weight} more would pass "
+                            f"max_buffer_bytes ({self.max_buffer_bytes}): {cause}"
+                        ) from failure
+                    waiting = True
+                    self._waiting_bytes += weight
+                give_up_at = self._outage_since + self.outage_budget
+                if now >= give_up_at:
+                    self._given_up += 1
+                    raise ArchiveUnavailableError(
+                        f"{what}: Redis has been unavailable for {now - self._outage_since:.1f} "
+                        f"s, longer than the outage budget ({self.outage_budget:g} s): {cause}"
+                    ) from failure
+                await trio.sleep(min(delay, give_up_at - now))
+                delay = min(2 * delay, _LONGEST_RETRY_DELAY)
+                # The last try ends with the budget (but is given a moment if the budget ran
+                # out while sleeping: Redis may be back).
+                limit = min(self.timeout, max(give_up_at - trio.current_time(), delay))
+                self._retries += 1
+        finally:
+            if waiting:
+                self._waiting_bytes -= weight
+
+    def statistics(self) -> OutageStatistics:
+        """How writes rode out outages so far (see `OutageStatistics`)."""
+        return OutageStatistics(
+            retries=self._retries,
+            landed_before=self._landed_before,
+            given_up=self._given_up,
+            waiting_bytes=self._waiting_bytes,
+        )
 
     async def _check_namespace(self) -> None:
         keys = self.keys
@@ -211,22 +321,31 @@ class RedisRunArchive:
         if not entries:
             return
         state = self._state(run_id)
-        async with state.lock:
-            with self._bounded(f"appending to run {run_id}"):
-                try:
-                    await self._append_locked(run_id, state, entries, policy)
-                except BaseException:
-                    # What reached Redis is unknown: read the state back before the next write.
-                    state.window = state.audits = None
-                    raise
+        planned: list[list[str | int]] = []  # the script's arguments, once planned
 
-    async def _append_locked(
+        async def write() -> None:
+            # Planned once: the same batch, continuing the same head, is sent on every try.
+            if not planned:
+                planned.append(await self._plan_append(run_id, state, entries, policy))
+            await self._send_append(run_id, planned[0])
+
+        async with state.lock:
+            weight = sum(entry.weight for entry in entries)
+            try:
+                await self._riding_out(f"appending to run {run_id}", weight, write)
+            except BaseException:
+                # What reached Redis is unknown: read the state back before the next write.
+                state.window = state.audits = None
+                raise
+
+    async def _plan_append(
         self,
         run_id: str,
         state: _RunState,
         entries: Sequence[JournalEntry],
         policy: RetentionPolicy,
-    ) -> None:
+    ) -> list[str | int]:
+        """The APPEND script's arguments for `entries`; moves the cached window past them."""
         window = await self._load_window(run_id, state)
         audits = await self._load_audits(run_id, state)
         previous_head = window.head
@@ -251,14 +370,19 @@ class RedisRunArchive:
             args += [audit.delegation_id, encode_audit(audit)]
         for name, value in plan.state.items():
             args += [name, value]
+        return args
+
+    async def _send_append(self, run_id: str, args: list[str | int]) -> None:
         audits_key, audits_order = self.keys.audits(run_id)
         keys = [self.keys.run(run_id), self.keys.journal(run_id), audits_key, audits_order]
         try:
-            await self._append(keys=keys, args=args)
+            written: Any = await self._append(keys=keys, args=args)
         except coredis.exceptions.ResponseError as exc:
             if str(exc).startswith("CONFLICT"):
                 raise ArchiveConflictError(f"run {run_id}: {exc}") from None
             raise
+        if written == 0:
+            self._landed_before += 1
 
     async def _read_after(self, run_id: str, after: int, max_entries: int) -> list[JournalEntry]:
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
@@ -408,27 +532,34 @@ class RedisRunArchive:
         if not results:
             return
         state = self._state(run_id)
+        planned: list[list[str | int]] = []  # the script's arguments, once planned
+
+        async def write() -> None:
+            if not planned:
+                audits = await self._load_audits(run_id, state)
+                latest = {result.delegation_id: result for result in results}
+                changed = {r.delegation_id: audits.with_result(r) for r in results}
+                args: list[str | int] = [len(latest)]
+                for delegation_id, result in latest.items():
+                    args += [delegation_id, to_json(result)]
+                for delegation_id, audit in changed.items():
+                    args += [delegation_id, encode_audit(audit)]
+                planned.append(args)
+            await self._record_results(
+                keys=[*self.keys.results(run_id), *self.keys.audits(run_id)], args=planned[0]
+            )
+
         async with state.lock:
-            with self._bounded(f"recording results of run {run_id}"):
-                try:
-                    audits = await self._load_audits(run_id, state)
-                    latest = {result.delegation_id: result for result in results}
-                    changed = {r.delegation_id: audits.with_result(r) for r in results}
-                    args: list[str | int] = [len(latest)]
-                    for delegation_id, result in latest.items():
-                        args += [delegation_id, to_json(result)]
-                    for delegation_id, audit in changed.items():
-                        args += [delegation_id, encode_audit(audit)]
-                    await self._record_results(
-                        keys=[*self.keys.results(run_id), *self.keys.audits(run_id)], args=args
-                    )
-                except BaseException:
-                    state.audits = None
-                    raise
+            try:
+                await self._riding_out(f"recording results of run {run_id}", 0, write)
+            except BaseException:
+                state.audits = None
+                raise
 
     async def close_run(self, run_id: str, outcome: str, ended_at: float) -> None:
         run_key = self.keys.run(run_id)
-        with self._bounded(f"closing run {run_id}"):
+
+        async def write() -> None:
             exists, node = await self._client.hmget(run_key, ["record", "node"])
             if exists is None:
                 return
@@ -436,6 +567,8 @@ class RedisRunArchive:
                 pipe.hset(run_key, {"outcome": outcome, "ended_at": repr(float(ended_at))})
                 pipe.zrem(self.keys.live(), [run_id])
                 pipe.zrem(self.keys.live(node or ""), [run_id])
+
+        await self._riding_out(f"closing run {run_id}", 0, write)
         self._runs.pop(run_id, None)
 
     async def run(self, run_id: str) -> RunRecord | None:
@@ -559,6 +692,8 @@ async def open_redis_archive(
     lease_seconds: float = 15.0,
     max_commands: int = 1000,
     max_connections: int = 64,
+    outage_budget: float = 30.0,
+    max_buffer_bytes: int = 64 << 20,
 ) -> AsyncIterator[RedisRunArchive]:
     """Open the run archive kept in the Redis at `url` (`redis://host:port/db`), under the key
     prefix `namespace`, as `node`; closes its connections on exit.
@@ -567,6 +702,12 @@ async def open_redis_archive(
     `lease_seconds`: how long this node's lease lasts unless renewed (`renew_lease`).
     `max_commands`: how many commands a node's queue keeps. `max_connections`: the connection
     pool's bound (each `wait_entries` and `next_commands` holds one while it waits).
+    `outage_budget`: how long, in seconds, journal appends, results and run ends wait for a
+    Redis that is unavailable, sent again with backoff, before they raise
+    `ArchiveUnavailableError` (an `engine.StoreUnavailableError`: the engine ends the run,
+    typed). `max_buffer_bytes`: how many bytes of journal batches (their entries' weights) may
+    wait so at once; an append that would pass it fails at once. Reads never wait: they raise
+    `ArchiveUnavailableError` after one try.
 
     On opening, a namespace that holds keys without this archive's marker, or a marker of
     another owner or format version, raises `ArchiveOpenError` and nothing is written; a Redis
@@ -579,6 +720,13 @@ async def open_redis_archive(
     _milliseconds(lease_seconds, "lease_seconds")
     if isinstance(max_commands, bool) or not isinstance(max_commands, int) or max_commands < 1:
         raise ValueError(f"max_commands must be an integer >= 1, got {max_commands!r}")
+    _milliseconds(outage_budget, "outage_budget")
+    if (
+        isinstance(max_buffer_bytes, bool)
+        or not isinstance(max_buffer_bytes, int)
+        or max_buffer_bytes < 0
+    ):
+        raise ValueError(f"max_buffer_bytes must be an integer >= 0, got {max_buffer_bytes!r}")
     scheme = url.partition("://")[0].lower() if isinstance(url, str) else ""
     if scheme not in ("redis", "rediss", "unix"):
         raise ValueError(f"not a Redis URL (redis://, rediss:// or unix://): {url!r}")
@@ -602,6 +750,8 @@ async def open_redis_archive(
                     timeout=call_timeout,
                     lease_seconds=lease_seconds,
                     max_commands=max_commands,
+                    outage_budget=outage_budget,
+                    max_buffer_bytes=max_buffer_bytes,
                 )
                 await archive._check_namespace()
                 yield archive

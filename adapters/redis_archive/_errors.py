@@ -2,10 +2,14 @@
 
 The engine treats an `OSError` from an archive like a failing journal store (logged, the run
 goes on in memory), so every failure of the storage surfaces as one of these, never as a
-coredis or socket exception.
+coredis or socket exception. `ArchiveUnavailableError` is also an
+`engine.StoreUnavailableError`: raised from a journal append, once the archive stopped riding
+out the outage, it makes the engine end the run with a typed `store_unavailable` terminal.
 """
 
 from __future__ import annotations
+
+from engine import StoreUnavailableError
 
 __all__ = [
     "ArchiveConflictError",
@@ -25,8 +29,10 @@ class ArchiveOpenError(ArchiveError):
     foreign marker, or a format version this code does not know. Nothing was written."""
 
 
-class ArchiveUnavailableError(ArchiveError):
-    """Redis did not answer: connection refused or reset, or no answer within the timeout."""
+class ArchiveUnavailableError(ArchiveError, StoreUnavailableError):
+    """Redis did not answer: connection refused or reset, or no answer within the timeout.
+    From a write, it also means the write waited for Redis as long as the archive lets writes
+    wait (`outage_budget`, `max_buffer_bytes` of `open_redis_archive`) and is not written."""
 
 
 class ArchiveDataError(ArchiveError):

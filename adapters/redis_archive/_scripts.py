@@ -35,8 +35,37 @@ local function delete_ids(stream, from, count)
 end
 """
 
+#: Whether the batch of this APPEND call is already stored: the journal's head is the batch's
+#: newest cursor and the stream holds that entry with the same event. The newest entry of a
+#: batch is always written (a window keeps its newest entry), and an event carries its run's
+#: sequence number and time, so only this batch leaves that trace.
+_LANDED: Final = """
+local function landed(head, entries)
+  if entries < 1 then
+    return false
+  end
+  local newest = 8 + 4 * (entries - 1)
+  if head .. '-0' ~= ARGV[newest] then
+    return false
+  end
+  local found = redis.call('XRANGE', KEYS[2], ARGV[newest], ARGV[newest])
+  if not found[1] then
+    return false
+  end
+  local fields = found[1][2]
+  for j = 1, #fields - 1, 2 do
+    if fields[j] == 'e' then
+      return fields[j + 1] == ARGV[newest + 3]
+    end
+  end
+  return false
+end
+"""
+
 #: One journal batch, refused once the run was closed (another node may have ended it) or when
-#: the stored head is not the one the batch continues. KEYS: run hash, stream, audits hash,
+#: the stored head is not the one the batch continues. Idempotent: the same call again, after
+#: its batch landed (a reply lost with its connection), writes nothing and returns 0; otherwise
+#: it returns the number of entries written (at least 1). KEYS: run hash, stream, audits hash,
 #: audits order.
 #: ARGV: expected head, version, #entries, #deletes, overflow, #audits, #state fields, then
 #: per entry (id, weight, keep, event JSON), the ids to delete, per audit (delegation id,
@@ -44,16 +73,20 @@ end
 APPEND: Final = (
     _PUT_ORDERED
     + _DELETE_IDS
+    + _LANDED
     + """
+local entries, deletes, overflow = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local head = redis.call('HGET', KEYS[1], 'head') or '0'
+if head ~= ARGV[1] and landed(head, entries) then
+  return 0
+end
 if redis.call('HEXISTS', KEYS[1], 'outcome') == 1 then
   return redis.error_reply('CONFLICT the run has ended: its journal takes no more entries')
 end
-local head = redis.call('HGET', KEYS[1], 'head') or '0'
 if head ~= ARGV[1] then
   return redis.error_reply('CONFLICT the journal head is ' .. head .. ', not ' .. ARGV[1])
 end
 local version = ARGV[2]
-local entries, deletes, overflow = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local audits, fields = tonumber(ARGV[6]), tonumber(ARGV[7])
 local i = 8
 for _ = 1, entries do

@@ -8,7 +8,9 @@ are committed together (group commit); every SQLite call runs off the Trio threa
 
 The file is ours alone while open (a lock beside it); a file that is not a run archive, or of a
 newer format, is refused with `ArchiveOpenError` and left untouched. Storage failures while in
-use surface as `ArchiveStorageError`, an `OSError`. Only the standard library's `sqlite3`.
+use surface as `ArchiveStorageError`, an `OSError` and an `engine.StoreUnavailableError` (a run
+whose journal cannot be written ends with a typed `store_unavailable` terminal). Only the
+standard library's `sqlite3`.
 """
 
 from adapters.sqlite_archive._archive import (

@@ -24,7 +24,7 @@ import sqlite3
 from pathlib import Path
 from typing import Final
 
-from engine import ARCHIVE_FORMAT_VERSION
+from engine import ARCHIVE_FORMAT_VERSION, StoreUnavailableError
 
 __all__ = [
     "APPLICATION_ID",
@@ -111,9 +111,12 @@ class ArchiveInUseError(ArchiveOpenError):
         self.pid = pid
 
 
-class ArchiveStorageError(OSError):
+class ArchiveStorageError(StoreUnavailableError):
     """Reading or writing the archive failed (I/O error, disk full, data of an unknown
-    format). What a failed write was to write is not kept."""
+    format). What a failed write was to write is not kept. An `OSError`; as an
+    `engine.StoreUnavailableError`, raised from a journal append it makes the engine end the
+    run with a typed `store_unavailable` terminal (the archive buffers nothing beyond the group
+    commit it is in)."""
 
 
 class ArchiveLock:
