@@ -419,8 +419,11 @@ class RunJournal:
         if sub._resume_after < self._published:
             return False
         self._catching_up.discard(sub)
-        if self._closed or self._run_terminal is not None:
-            # Nothing more will ever be published: end once the buffer is drained.
+        terminal = self._run_terminal
+        if self._closed or (terminal is not None and self._published >= terminal.cursor):
+            # Nothing more will ever be published: end once the buffer is drained. (A terminal
+            # admitted but still being written to a slow store is not published yet: such a
+            # reader goes live and gets it with its batch.)
             sub._buffer.close()
         else:
             self._live.append(sub)

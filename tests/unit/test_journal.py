@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pytest
 import trio
 import trio.testing
@@ -716,3 +718,37 @@ async def test_the_store_forgets_what_ended_delegations_held_open(
     assert store.first_cursor > 9  # both terminals left the window
     held = store.retention.open_things
     assert {thing[1] for thing in held} == {"d3", None}
+
+
+class _SlowStore(MemoryJournalStore):
+    """A store whose writes wait until `release` is set (a slow remote store)."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.writing = trio.Event()
+        self.release = trio.Event()
+
+    async def append(self, entries: Sequence[JournalEntry]) -> None:
+        if any(entry.event.kind in Kind.RUN_TERMINALS for entry in entries):
+            self.writing.set()
+            await self.release.wait()
+        self.append_nowait(entries)
+
+
+async def test_a_reader_catching_up_while_the_run_terminal_is_being_written_still_gets_it() -> None:
+    """Found by the soak on Redis: a reader that caught up while the run's terminal was admitted
+    but its slow write not done was ended without it."""
+    store = _SlowStore("r")
+    journal = RunJournal("r", store=store)
+    await journal.append(DelegationEvent(kind=Kind.RUN_STARTED, run_id="r"))
+    got: list[str] = []
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(journal.append, DelegationEvent(kind=Kind.RUN_FINISHED, run_id="r"))
+        await store.writing.wait()
+        sub = journal.subscribe(0)
+        async with sub:
+            batch = await sub.receive_batch()  # the replay, then it is caught up
+            got += [entry.event.kind for entry in batch]
+            store.release.set()
+            got += [entry.event.kind async for entry in sub]
+    assert got == [Kind.RUN_STARTED, Kind.RUN_FINISHED]
