@@ -216,9 +216,11 @@ async def recover_run(
         )
     )
     entries = [JournalEntry(event, head + index) for index, event in enumerate(events, 1)]
+    # The terminals first: a store shared by several nodes refuses an append that does not
+    # continue the journal, so of two nodes recovering the same run only one gets here.
+    await store.append(entries)
     if results:
         await archive.record_results(run_id, results)
-    await store.append(entries)
     await archive.close_run(run_id, Kind.RUN_FAILED, now)
     return RecoveredRun(run_id, reason, entries[-1].cursor, tuple(recovered))
 
