@@ -280,9 +280,10 @@ class SharedRunArchive(RunArchive, Protocol):
         """The nodes other than this one that own live runs and hold no lease."""
         ...
 
-    async def claim_node(self, node: str) -> bool:
-        """Take the exclusive, expiring right to end a lost node's runs; False if another
-        node has it."""
+    async def claim_node(self, node: str, hold: float) -> bool:
+        """Take the exclusive right to end a lost node's runs; False if another node has it.
+        The claim lasts at least `hold` seconds (long enough for the whole recovery: no other
+        node starts it again meanwhile), then expires (a claimer that died blocks no one)."""
         ...
 
     async def send_command(self, node: str, command: Mapping[str, Any]) -> None:

@@ -103,7 +103,7 @@ async def _watch_lost_nodes(host: NodeHost, archive: SharedRunArchive) -> None:
                 node for node, since in unleased.items() if now - since >= archive.lease_seconds
             ]
             for node in lost:
-                if not await archive.claim_node(node):
+                if not await archive.claim_node(node, hold=_recovery_hold(engine, archive)):
                     continue
                 ended = await recover_runs(
                     archive,
@@ -118,6 +118,14 @@ async def _watch_lost_nodes(host: NodeHost, archive: SharedRunArchive) -> None:
         except OSError as exc:
             unleased.clear()  # the series of looks is broken: start it again
             log.warning("looking for lost nodes failed (retrying): %r", exc)
+
+
+def _recovery_hold(engine: Engine, archive: SharedRunArchive) -> float:
+    """How long a claim on a lost node must last to cover its recovery: each remote cancel is
+    bounded by its agent's `cancel_timeout`, and the journal and result writes by a few store
+    calls (a lease period each is ample), plus a margin."""
+    longest_cancel = max((spec.policy.cancel_timeout for spec in engine.registry), default=0.0)
+    return longest_cancel + 2 * archive.lease_seconds + 10.0
 
 
 async def _serve_commands(host: NodeHost, archive: SharedRunArchive) -> None:

@@ -173,6 +173,8 @@ class RedisRunArchive:
         self._open_run = client.register_script(_scripts.OPEN_RUN)
         self._claim = client.register_script(_scripts.CLAIM_NAMESPACE)
         self._queue_command = client.register_script(_scripts.QUEUE_COMMAND)
+        self._renew_lease = client.register_script(_scripts.RENEW_LEASE)
+        self._claim_node = client.register_script(_scripts.CLAIM_NODE)
 
     # -- calls to Redis ------------------------------------------------------------------
 
@@ -254,22 +256,33 @@ class RedisRunArchive:
         )
 
     async def _check_namespace(self) -> None:
+        """Refuse a namespace that is not ours; mark an empty one as ours.
+
+        Race-free against nodes opening the same empty namespace at once: the scan for other
+        keys ignores the marker itself, and when it finds keys the marker is read again (a node
+        that claimed the namespace meanwhile wrote it before any other key, and every write
+        script writes it too), so a namespace is refused only if it holds keys and still no
+        marker."""
         keys = self.keys
         with self._bounded("opening the archive"):
             meta = await self._client.hgetall(keys.meta)
-            if check_meta(meta, namespace_has_keys=False if meta else await self._any_key()):
-                return
-            claimed: Any = await self._claim(keys=[keys.meta], args=[FORMAT_NAME, VERSION_TEXT])
-        # Another process may have claimed it in between: check what stands.
-        check_meta(_pairs(claimed), namespace_has_keys=True)
+            if not meta:
+                if await self._any_key_but_meta():
+                    meta = await self._client.hgetall(keys.meta)
+                else:
+                    claimed: Any = await self._claim(
+                        keys=[keys.meta], args=[FORMAT_NAME, VERSION_TEXT]
+                    )
+                    meta = _pairs(claimed)
+        check_meta(meta, namespace_has_keys=True)
 
-    async def _any_key(self) -> bool:
+    async def _any_key_but_meta(self) -> bool:
         cursor = 0
         while True:
             cursor, found = await self._client.scan(
                 cursor, match=self.keys.pattern, count=_SCAN_COUNT
             )
-            if found:
+            if any(key != self.keys.meta for key in found):
                 return True
             if cursor == 0:
                 return False
@@ -374,7 +387,13 @@ class RedisRunArchive:
 
     async def _send_append(self, run_id: str, args: list[str | int]) -> None:
         audits_key, audits_order = self.keys.audits(run_id)
-        keys = [self.keys.run(run_id), self.keys.journal(run_id), audits_key, audits_order]
+        keys = [
+            self.keys.run(run_id),
+            self.keys.journal(run_id),
+            audits_key,
+            audits_order,
+            self.keys.meta,
+        ]
         try:
             written: Any = await self._append(keys=keys, args=args)
         except coredis.exceptions.ResponseError as exc:
@@ -430,8 +449,9 @@ class RedisRunArchive:
     async def renew_lease(self) -> None:
         """Take or renew this node's lease: it lasts `lease_seconds` from now."""
         with self._bounded("renewing the lease"):
-            await self._client.set(
-                self.keys.lease(self.node), "1", px=_milliseconds(self.lease_seconds, "lease")
+            await self._renew_lease(
+                keys=[self.keys.lease(self.node), self.keys.meta],
+                args=[_milliseconds(self.lease_seconds, "lease")],
             )
 
     async def drop_lease(self) -> None:
@@ -456,15 +476,14 @@ class RedisRunArchive:
             held = [await lease for lease in leases]
         return [node for node, count in zip(nodes, held, strict=True) if count == 0]
 
-    async def claim_node(self, node: str) -> bool:
-        """Take the right to end `node`'s runs for `lease_seconds` (one survivor gets it);
-        False if another node holds it."""
+    async def claim_node(self, node: str, hold: float) -> bool:
+        """Take the right to end `node`'s runs for at least `hold` seconds (one survivor gets
+        it; the claim then expires, so a survivor that died meanwhile does not block the
+        others forever); False if another node holds it."""
+        hold_ms = _milliseconds(hold, "hold")
         with self._bounded(f"claiming node {node}"):
-            taken = await self._client.set(
-                self.keys.claim(node),
-                self.node,
-                condition=PureToken.NX,
-                px=_milliseconds(self.lease_seconds, "lease"),
+            taken: Any = await self._claim_node(
+                keys=[self.keys.claim(node), self.keys.meta], args=[self.node, hold_ms]
             )
         return bool(taken)
 
@@ -475,7 +494,7 @@ class RedisRunArchive:
         text = _json_command(command)
         with self._bounded(f"sending a command to node {node}"):
             await self._queue_command(
-                keys=[self.keys.commands(node)], args=[text, self.max_commands]
+                keys=[self.keys.commands(node), self.keys.meta], args=[text, self.max_commands]
             )
 
     async def next_commands(self, within: float) -> list[dict[str, Any]]:
@@ -520,6 +539,7 @@ class RedisRunArchive:
                         keys.live(),
                         keys.live(record.node),
                         keys.opened,
+                        keys.meta,
                     ],
                     args=args,
                 )
@@ -546,7 +566,8 @@ class RedisRunArchive:
                     args += [delegation_id, encode_audit(audit)]
                 planned.append(args)
             await self._record_results(
-                keys=[*self.keys.results(run_id), *self.keys.audits(run_id)], args=planned[0]
+                keys=[*self.keys.results(run_id), *self.keys.audits(run_id), self.keys.meta],
+                args=planned[0],
             )
 
         async with state.lock:
@@ -567,6 +588,9 @@ class RedisRunArchive:
                 pipe.hset(run_key, {"outcome": outcome, "ended_at": repr(float(ended_at))})
                 pipe.zrem(self.keys.live(), [run_id])
                 pipe.zrem(self.keys.live(node or ""), [run_id])
+                # The marker, if a Redis restarted empty lost it (see `_scripts`).
+                pipe.hsetnx(self.keys.meta, "name", FORMAT_NAME)
+                pipe.hsetnx(self.keys.meta, "version", VERSION_TEXT)
 
         await self._riding_out(f"closing run {run_id}", 0, write)
         self._runs.pop(run_id, None)

@@ -5,13 +5,37 @@ the window's eviction, the journal's new state and the audit records it changed 
 or (when the guard refuses) not at all. The scripts only carry out what `_layout` decided; they
 decide nothing about retention. Each returns an error reply starting with an upper-case word
 (`CONFLICT`, `EXISTS`) for the refusals the archive tells apart.
+
+Every script that writes also writes the namespace's format marker when it is missing (its last
+KEY is `{ns}:meta`): a Redis restarted empty under running nodes gets the marker back with their
+first write, so a node opening the namespace later finds it marked, not keys without a marker.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["APPEND", "CLAIM_NAMESPACE", "OPEN_RUN", "QUEUE_COMMAND", "RECORD_RESULTS"]
+from adapters.redis_archive._layout import FORMAT_NAME, VERSION_TEXT
+
+__all__ = [
+    "APPEND",
+    "CLAIM_NAMESPACE",
+    "CLAIM_NODE",
+    "OPEN_RUN",
+    "QUEUE_COMMAND",
+    "RECORD_RESULTS",
+    "RENEW_LEASE",
+]
+
+#: Write the format marker into KEYS[#KEYS] (the namespace's meta hash) unless there is one.
+_MARK: Final = f"""
+local function mark()
+  local meta = KEYS[#KEYS]
+  if redis.call('EXISTS', meta) == 0 then
+    redis.call('HSET', meta, 'name', '{FORMAT_NAME}', 'version', '{VERSION_TEXT}')
+  end
+end
+"""
 
 #: Keep one delegation's record in a hash and its first-write order in a sorted set.
 _PUT_ORDERED: Final = """
@@ -66,12 +90,13 @@ end
 #: the stored head is not the one the batch continues. Idempotent: the same call again, after
 #: its batch landed (a reply lost with its connection), writes nothing and returns 0; otherwise
 #: it returns the number of entries written (at least 1). KEYS: run hash, stream, audits hash,
-#: audits order.
+#: audits order, meta.
 #: ARGV: expected head, version, #entries, #deletes, overflow, #audits, #state fields, then
 #: per entry (id, weight, keep, event JSON), the ids to delete, per audit (delegation id,
 #: JSON), per state field (name, value).
 APPEND: Final = (
-    _PUT_ORDERED
+    _MARK
+    + _PUT_ORDERED
     + _DELETE_IDS
     + _LANDED
     + """
@@ -86,6 +111,7 @@ end
 if head ~= ARGV[1] then
   return redis.error_reply('CONFLICT the journal head is ' .. head .. ', not ' .. ARGV[1])
 end
+mark()
 local version = ARGV[2]
 local audits, fields = tonumber(ARGV[6]), tonumber(ARGV[7])
 local i = 8
@@ -117,11 +143,13 @@ return entries
 )
 
 #: Results and the audit records they changed. KEYS: results hash, results order, audits
-#: hash, audits order. ARGV: #results, then per result (delegation id, JSON), then per audit
+#: hash, audits order, meta. ARGV: #results, then per result (delegation id, JSON), then per audit
 #: (delegation id, JSON).
 RECORD_RESULTS: Final = (
-    _PUT_ORDERED
+    _MARK
+    + _PUT_ORDERED
     + """
+mark()
 local results = tonumber(ARGV[1])
 local i = 2
 for _ = 1, results do
@@ -136,12 +164,15 @@ return results
 """
 )
 
-#: A new live run. KEYS: run hash, live runs, the node's live runs, runs opened.
+#: A new live run. KEYS: run hash, live runs, the node's live runs, runs opened, meta.
 #: ARGV: run id, then the record's hash fields (name, value).
-OPEN_RUN: Final = """
+OPEN_RUN: Final = (
+    _MARK
+    + """
 if redis.call('HEXISTS', KEYS[1], 'record') == 1 then
   return redis.error_reply('EXISTS run ' .. ARGV[1] .. ' is already archived')
 end
+mark()
 for i = 2, #ARGV, 2 do
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
 end
@@ -150,6 +181,7 @@ redis.call('ZADD', KEYS[2], order, ARGV[1])
 redis.call('ZADD', KEYS[3], order, ARGV[1])
 return order
 """
+)
 
 #: Write the format marker unless there is one. KEYS: meta. ARGV: name, version.
 #: Returns the marker as it stands.
@@ -160,9 +192,37 @@ end
 return redis.call('HGETALL', KEYS[1])
 """
 
-#: Queue a command, keeping the newest ARGV[2] of them. KEYS: the queue. ARGV: JSON, bound.
-QUEUE_COMMAND: Final = """
+#: Queue a command, keeping the newest ARGV[2] of them. KEYS: the queue, meta.
+#: ARGV: JSON, bound.
+QUEUE_COMMAND: Final = (
+    _MARK
+    + """
+mark()
 redis.call('RPUSH', KEYS[1], ARGV[1])
 redis.call('LTRIM', KEYS[1], -tonumber(ARGV[2]), -1)
 return 1
 """
+)
+
+#: Take or renew a node's lease. KEYS: the lease, meta. ARGV: how long it lasts (ms).
+RENEW_LEASE: Final = (
+    _MARK
+    + """
+mark()
+redis.call('SET', KEYS[1], '1', 'PX', ARGV[1])
+return 1
+"""
+)
+
+#: Claim a lost node for ARGV[1] unless another node holds the claim. KEYS: the claim, meta.
+#: ARGV: the claiming node, how long the claim lasts (ms). Returns 1 if taken, else 0.
+CLAIM_NODE: Final = (
+    _MARK
+    + """
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  mark()
+  return 1
+end
+return 0
+"""
+)

@@ -358,8 +358,16 @@ async def test_a_node_without_a_lease_is_lost_and_claimed_by_one_survivor(
         # Redis expires the lease by its own clock: 0.2 s after the last renewal it is gone.
         await trio.sleep(0.3)
         assert await node_c.lost_nodes() == ["node-a"]
-        assert await node_b.claim_node("node-a")
-        assert not await node_c.claim_node("node-a")
+        assert await node_b.claim_node("node-a", hold=0.5)
+        assert not await node_c.claim_node("node-a", hold=0.5)
+        # The claim lasts the hold asked for (a recovery may outlast a lease), then expires.
+        async with _redis(url) as client:
+            assert 0 < await client.pttl("subagent-engine:claim:node-a") <= 500
+        await trio.sleep(0.6)
+        assert await node_c.claim_node("node-a", hold=0.5)
+        for bad in (0, -1.0, float("nan")):
+            with pytest.raises(ValueError, match="hold"):
+                await node_c.claim_node("node-b", hold=bad)
         # A node whose runs all ended is not lost, lease or not.
         await node_a.close_run("run-1", Kind.RUN_FINISHED, 1.0)
         assert await node_c.lost_nodes() == []
@@ -488,6 +496,81 @@ async def test_a_new_namespace_gets_the_marker_and_reopens(redis_server: RedisSe
     # Another namespace beside it is empty: its own marker, its own runs.
     async with open_redis_archive(redis_server.url, namespace="team-b") as archive:
         assert await archive.run("r") is None
+
+
+#: Each kind of write, by a node whose archive is open (on the run "run-1", opened).
+_WRITES: dict[str, Callable[[RedisRunArchive], Awaitable[object]]] = {
+    "append": lambda archive: archive.journal_store("run-1", RetentionPolicy()).append(
+        _batch(0, [_event(Kind.RUN_STARTED)])
+    ),
+    "open_run": lambda archive: archive.open_run(RunRecord(run_id="run-2", started_at=0.0)),
+    "record_results": lambda archive: archive.record_results(
+        "run-1", [DelegationResult(delegation_id="d", agent="a", remote_protocol="p", status="x")]
+    ),
+    "close_run": lambda archive: archive.close_run("run-1", Kind.RUN_FINISHED, 1.0),
+    "renew_lease": lambda archive: archive.renew_lease(),
+    "claim_node": lambda archive: archive.claim_node("node-x", hold=5.0),
+    "send_command": lambda archive: archive.send_command("node-x", {"op": "stop"}),
+}
+
+
+@pytest.mark.parametrize("write", sorted(_WRITES))
+async def test_every_write_puts_back_a_marker_a_redis_restarted_empty_lost(
+    redis_server: RedisServer, write: str
+) -> None:
+    async with open_redis_archive(redis_server.url, node="node-a") as archive:
+        await archive.open_run(RunRecord(run_id="run-1", started_at=0.0, node="node-a"))
+        async with _redis(redis_server.url) as client:
+            # What a Redis restarted empty holds for the running node: its run, no marker.
+            await client.delete(["subagent-engine:meta"])
+            await _WRITES[write](archive)
+            assert await client.hgetall("subagent-engine:meta") == {
+                "name": FORMAT_NAME,
+                "version": str(ARCHIVE_FORMAT_VERSION),
+            }
+        # So a node started afterwards joins instead of refusing keys without a marker.
+        async with open_redis_archive(redis_server.url, node="node-b") as later:
+            assert await later.run("run-1") is not None
+
+
+async def test_nodes_opening_an_empty_namespace_at_once_all_open_it(
+    redis_server: RedisServer,
+) -> None:
+    opened: list[str] = []
+
+    async def open_one(node: str) -> None:
+        async with open_redis_archive(redis_server.url, node=node) as archive:
+            await archive.renew_lease()  # a key beside the marker, as a starting node writes
+            opened.append(node)
+
+    async with trio.open_nursery() as nursery:
+        for index in range(8):
+            nursery.start_soon(open_one, f"node-{index}")
+    assert len(opened) == 8
+
+
+async def test_a_marker_written_while_a_node_opens_does_not_make_it_refuse(
+    redis_server: RedisServer,
+) -> None:
+    # Another node's claim of the empty namespace may land between this node's read of the
+    # marker and its scan for other keys. Claiming and clearing the marker in a loop puts a
+    # claim in that window on most opens; an open must take the namespace every time.
+    marker = {"name": FORMAT_NAME, "version": str(ARCHIVE_FORMAT_VERSION)}
+    opens = 0
+    async with _redis(redis_server.url) as client, trio.open_nursery() as nursery:
+
+        async def claim_and_clear() -> None:
+            while True:
+                await client.hset("subagent-engine:meta", marker)
+                await client.delete(["subagent-engine:meta"])
+
+        nursery.start_soon(claim_and_clear)
+        with trio.fail_after(20):
+            for _ in range(100):
+                async with open_redis_archive(redis_server.url):
+                    opens += 1
+        nursery.cancel_scope.cancel()
+    assert opens == 100
 
 
 @pytest.mark.parametrize(

@@ -12,8 +12,9 @@ events as on its owner), a viewer hopping between nodes with `Last-Event-ID` get
 once; a viewer on another node follows the run live, and its stop and answers reach the owner;
 a node killed with SIGKILL has its runs ended (`node_lost`) by exactly one survivor, remote
 tasks cancelled; a Redis restarted or frozen is survived (health stays up, viewers get clear
-errors during the outage, no node takes a well one for lost, new runs work after it). Two
-strict xfails name what the Redis archive does not do yet.
+errors during the outage, no node takes a well one for lost, new runs work after it); a node
+started after Redis restarted empty joins the others; a recovery slower than a lease is still
+done by one survivor.
 
 Deltas may reach two viewers merged differently (a reader behind the journal gets adjacent
 deltas of one stream merged), so streams are compared with such runs merged (`_merged`).
@@ -86,24 +87,24 @@ def _config(
 def _nodes(
     tmp_path: Path, redis: RedisServer, cards: Mapping[str, str | None], policy: str = ""
 ) -> Iterator[dict[str, Node]]:
-    """One `serve` per entry of `cards` (node name -> agent card URL, None: demo agents),
-    the first alone (it marks the empty Redis as a run archive), then the others together;
-    yields them by name once each printed its banner. Killed on exit."""
+    """One `serve` per entry of `cards` (node name -> agent card URL, None: demo agents), all
+    started at once on the empty Redis; yields them by name once each printed its banner.
+    Killed on exit."""
     with ExitStack() as stack:
-        names = list(cards)
         nodes: dict[str, Node] = {}
-        for group in (names[:1], names[1:]):
-            started = [_serve(stack, tmp_path, name, redis, cards[name], policy) for name in group]
-            for name, proc, log_path in started:
-                assert proc.stdout is not None
-                first = proc.stdout.readline()
-                assert first.startswith("subagent-engine serving on http://127.0.0.1:"), (
-                    first + log_path.read_text()
-                )
-                while not (line := proc.stdout.readline()).startswith("  runs kept in:"):
-                    assert line, log_path.read_text()
-                assert f"node {name})" in line
-                nodes[name] = Node(name, first.split()[3], proc, log_path)
+        started = [
+            _serve(stack, tmp_path, name, redis, card, policy) for name, card in cards.items()
+        ]
+        for name, proc, log_path in started:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()
+            assert first.startswith("subagent-engine serving on http://127.0.0.1:"), (
+                first + log_path.read_text()
+            )
+            while not (line := proc.stdout.readline()).startswith("  runs kept in:"):
+                assert line, log_path.read_text()
+            assert f"node {name})" in line
+            nodes[name] = Node(name, first.split()[3], proc, log_path)
         yield nodes
 
 
@@ -406,13 +407,6 @@ def test_a_killed_node_s_run_is_ended_by_one_survivor_and_resumed_viewers_comple
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="a claim on a lost node lasts lease_seconds and cannot be renewed "
-    "(SharedRunArchive.claim_node): a recovery slower than that (its remote cancels bounded by "
-    "cancel_timeout, 5 s) is started again by a second survivor, which cancels the remote "
-    "tasks again and overwrites the first's results before its journal append conflicts",
-)
 def test_a_recovery_slower_than_a_lease_is_still_done_by_one_survivor(
     tmp_path: Path, redis_server: RedisServer, a2a_server: A2AFaultyServer
 ) -> None:
@@ -503,12 +497,6 @@ def _try_start(node: Node) -> dict[str, Any] | None:
     return None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the Redis archive checks its namespace marker only when it opens: once Redis "
-    "restarted empty, the running nodes write runs and leases without it, and a node started "
-    "later refuses the namespace ('holds keys but no run archive marker')",
-)
 def test_a_node_started_after_a_redis_restart_joins_the_others(
     tmp_path: Path, redis_server: RedisServer
 ) -> None:

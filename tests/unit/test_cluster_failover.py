@@ -32,13 +32,13 @@ class ScriptedLeases(MemoryRunArchive):
     async def lost_nodes(self) -> list[str]:
         return self.unleased(trio.current_time())
 
-    async def claim_node(self, node: str) -> bool:
+    async def claim_node(self, node: str, hold: float) -> bool:
         self.claims.append((trio.current_time(), node))
         return True
 
 
 def _host() -> Any:
-    engine = SimpleNamespace(registry=None, clock=trio.current_time, retention_policy=None)
+    engine = SimpleNamespace(registry=[], clock=trio.current_time, retention_policy=None)
     return SimpleNamespace(engine=engine)
 
 
