@@ -234,7 +234,12 @@ async def open_sqlite_archive(
     lock = await trio.to_thread.run_sync(ArchiveLock, db_path)
     try:
         conn = await trio.to_thread.run_sync(connect, db_path)
-        archive = SqliteRunArchive(ArchiveTables(conn, db_path), db_path, node)
+        try:
+            tables = await trio.to_thread.run_sync(ArchiveTables, conn, db_path)
+        except BaseException:  # cancelled before the thread ran, or refused (closed already)
+            close_quietly(conn)
+            raise
+        archive = SqliteRunArchive(tables, db_path, node)
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(archive._committer)

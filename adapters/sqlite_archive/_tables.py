@@ -20,6 +20,10 @@ behind the window gets. Entry rows are `retained = 0` while in the window and `1
 beyond it; rows that leave the window without being kept are deleted. What the retention has
 open is saved with each eviction (`journals.open_things`), so decisions after reopening the file
 are the ones the process would have made.
+
+Reads are index searches, never scans of a run: entries by the primary key (run, cursor), a
+run's window bounds and retained count by the `entries_window` index, which `ArchiveTables`
+adds to files that predate it.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from typing import Any, Final, TypeVar
 
 import attrs
 
-from adapters.sqlite_archive._file import ArchiveStorageError
+from adapters.sqlite_archive._file import ArchiveOpenError, ArchiveStorageError, close_quietly
 from engine import (
     ARCHIVE_FORMAT_VERSION,
     DelegationAudit,
@@ -202,6 +206,14 @@ class ArchiveTables:
     """The connection, the caches of live runs, and every blocking read and write."""
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        """Takes `conn` (an archive `_file.connect` opened) and adds the indexes the reads use
+        to files made before they existed; blocking, so called in a worker thread. Raises
+        `ArchiveOpenError` if it cannot (then `conn` is closed and the file is unchanged)."""
+        try:
+            conn.execute(_ENTRIES_WINDOW_INDEX)
+        except sqlite3.Error as exc:
+            close_quietly(conn)
+            raise ArchiveOpenError(f"{path} is not a usable run archive: {exc}", path) from exc
         self.conn = conn
         self.path = path
         self._journals: dict[str, _JournalState] = {}
@@ -438,12 +450,12 @@ class ArchiveTables:
         if state is not None:
             first = state.first_cursor
         else:  # an ended run (or one not written by this process): not worth caching
-            first, head = conn.execute(
-                "SELECT MIN(cursor), MAX(cursor) FROM entries WHERE run_id = ? AND retained = 0",
-                (run_id,),
+            # One aggregate alone, so SQLite answers it from `entries_window` without a scan.
+            (first,) = conn.execute(
+                "SELECT MIN(cursor) FROM entries WHERE run_id = ? AND retained = 0", (run_id,)
             ).fetchone()
-            if first is None:
-                first = (head or 0) + 1
+            if first is None:  # no window: every row is a retained one, read as they are
+                first = 1
         out: list[JournalEntry] = []
         if after + 1 < first:
             rows = conn.execute(
@@ -538,6 +550,12 @@ class ArchiveTables:
                 f"this version reads {_FORMAT}"
             )
 
+
+#: Finds a run's window (its `retained = 0` rows) and counts its retained rows without
+#: scanning the run. Not part of the format: made by any version that opens the file.
+_ENTRIES_WINDOW_INDEX: Final = (
+    "CREATE INDEX IF NOT EXISTS entries_window ON entries (run_id, retained, cursor)"
+)
 
 _RUN_COLUMNS: Final = (
     "run_id, started_at, thread_id, node, metadata, attributes, ended_at, outcome, format"

@@ -482,6 +482,102 @@ async def test_rows_of_an_unknown_format_are_refused_on_reading(tmp_path: Path) 
             await archive.live_runs()
 
 
+# -- reading a long run ----------------------------------------------------------------------
+
+
+async def _write_long_run(path: Path, count: int) -> None:
+    """A run of `count` text deltas in a window of a quarter of them (so the rows are window,
+    retained and deleted ones), the delegation's start retained beyond the window."""
+    policy = RetentionPolicy(max_events=count // 4, max_bytes=1 << 40)
+    events = [_event(Kind.STARTED, "run-1", "d-1")]
+    events += [_event(Kind.TEXT_DELTA, "run-1", "d-1", delta="x") for _ in range(count - 1)]
+    async with open_sqlite_archive(path) as archive:
+        await archive.open_run(RunRecord(run_id="run-1", started_at=0.0))
+        store = archive.journal_store("run-1", policy)
+        for start in range(0, count, 100):
+            await store.append(_entries(events[start : start + 100], head=start))
+
+
+async def _reading_reopened(path: Path, cursors: Sequence[int]) -> tuple[list[str], list[int]]:
+    """The statements `read_after(cursor, 64)` runs on the reopened file, and the SQLite
+    virtual-machine steps (in hundreds) each read takes."""
+    statements: list[str] = []
+    steps: list[int] = []
+    async with open_sqlite_archive(path) as archive:
+        conn = archive._tables.conn
+        store = archive.journal_store("run-1", POLICY)
+        for cursor in cursors:
+            counted = [0]
+
+            def count(counted: list[int] = counted) -> int:
+                counted[0] += 1
+                return 0
+
+            conn.set_progress_handler(count, 100)
+            conn.set_trace_callback(statements.append)
+            try:
+                assert await store.read_after(cursor, 64)
+            finally:
+                conn.set_progress_handler(None, 0)
+                conn.set_trace_callback(None)
+            steps.append(counted[0])
+    return statements, steps
+
+
+def _plans(path: Path, statements: Sequence[str]) -> dict[str, list[str]]:
+    with sqlite3.connect(path) as conn:
+        plans = {s: [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {s}")] for s in statements}
+    conn.close()
+    return plans
+
+
+async def test_a_reopened_archive_reads_by_index_searches_whatever_the_run_length(
+    tmp_path: Path,
+) -> None:
+    short, long = tmp_path / "short.db", tmp_path / "long.db"
+    await _write_long_run(short, 800)
+    await _write_long_run(long, 3_200)
+    # Behind the window (the retained start, then a gap), at its start, in its middle, its end.
+    statements, steps_long = await _reading_reopened(long, [0, 2_400, 2_800, 3_150])
+    assert any("retained = 0" in s for s in statements)
+    for statement, plan in _plans(long, statements).items():
+        assert plan and all(step.startswith("SEARCH") for step in plan), (statement, plan)
+    # No read grows with the run: four times the rows, about the same work per chunk.
+    _, steps_short = await _reading_reopened(short, [0, 600, 700, 750])
+    assert max(steps_long) <= 2 * max(steps_short) + 10, (steps_short, steps_long)
+
+
+async def test_a_file_made_before_the_window_index_is_given_it_on_opening(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    await _write_long_run(path, 400)
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP INDEX entries_window")
+    conn.close()
+    statements, _ = await _reading_reopened(path, [0, 350])
+    with sqlite3.connect(path) as conn:
+        (found,) = conn.execute(
+            "SELECT COUNT(*) FROM sqlite_master WHERE type = 'index' AND name = 'entries_window'"
+        ).fetchone()
+    conn.close()
+    assert found == 1
+    for statement, plan in _plans(path, statements).items():
+        assert all(step.startswith("SEARCH") for step in plan), (statement, plan)
+
+
+async def test_an_archive_whose_window_index_cannot_be_made_is_refused_untouched(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "runs.db"
+    async with open_sqlite_archive(path) as archive:
+        await archive.open_run(RunRecord(run_id="run-1", started_at=0.0))
+    with sqlite3.connect(path) as conn:
+        conn.execute("DROP INDEX entries_window")
+        conn.execute("CREATE TABLE entries_window (note TEXT)")  # the name taken
+    conn.close()
+    error = await _refused(path)
+    assert "entries_window" in str(error) and error.path == path
+
+
 # -- opening ---------------------------------------------------------------------------------
 
 
