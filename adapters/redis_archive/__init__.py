@@ -7,10 +7,13 @@ script (the entries, the window's eviction, the journal's state and the audit re
 changed, atomically); records, results and audits are hashes beside it, and a sorted set per
 node lists the live runs. Another process reading or continuing a run sees the same replay and
 makes the same retention decisions. `RedisRunArchive.wait_entries` lets a viewer on another
-node wait for new entries (a blocking XREAD).
+node wait for new entries: all of an archive's waiters share one blocking XREAD on one
+connection of its own.
 
 The namespace carries a format marker: opening a namespace that holds other keys, or an archive
-in a format this code does not know, raises `ArchiveOpenError` and writes nothing. Every call
+in a format this code does not know, raises `ArchiveOpenError` and writes nothing. Every write
+also puts the marker back if it is missing (a Redis restarted empty under running nodes), and
+nodes opening an empty namespace at once all take it. Every call
 is bounded by a timeout; all failures are `OSError`s (`ArchiveError` and its subclasses), as
 the `RunArchive` seam asks.
 

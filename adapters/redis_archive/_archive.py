@@ -55,6 +55,7 @@ from adapters.redis_archive._errors import (
     ArchiveError,
     ArchiveUnavailableError,
 )
+from adapters.redis_archive._follower import JournalFollower
 from adapters.redis_archive._layout import (
     FORMAT_NAME,
     STATE_FIELDS,
@@ -175,6 +176,8 @@ class RedisRunArchive:
         self._queue_command = client.register_script(_scripts.QUEUE_COMMAND)
         self._renew_lease = client.register_script(_scripts.RENEW_LEASE)
         self._claim_node = client.register_script(_scripts.CLAIM_NODE)
+        #: Set by `open_redis_archive`: the waiters of `wait_entries` and their follower.
+        self.follower: JournalFollower | None = None
 
     # -- calls to Redis ------------------------------------------------------------------
 
@@ -433,16 +436,18 @@ class RedisRunArchive:
 
     async def wait_entries(self, run_id: str, after: int, within: float) -> bool:
         """Wait until the run's journal holds an entry with a cursor above `after`, at most
-        `within` seconds (a blocking XREAD: Redis wakes it, nothing polls). True once there is
-        one, False when `within` passed first. For viewers of a run another node writes."""
+        `within` seconds (Redis wakes it, nothing polls). True once there is one, False when
+        `within` passed first. For viewers of a run another node writes: any number of them
+        share one blocking XREAD on one connection (`JournalFollower`), so idle viewers never
+        wait for the pool. `ArchiveUnavailableError` if Redis gave no answer meanwhile."""
         if isinstance(after, bool) or not isinstance(after, int) or after < 0:
             raise ValueError(f"after must be an integer >= 0, got {after!r}")
-        block_ms = _milliseconds(within, "within")
-        with self._bounded(f"waiting on run {run_id}", timeout=within + self.timeout):
-            found = await self._client.xread(
-                {self.keys.journal(run_id): entry_id(after)}, count=1, block=block_ms
-            )
-        return bool(found)
+        _milliseconds(within, "within")
+        if self.follower is None:
+            raise RuntimeError("the archive is not open (use open_redis_archive)")
+        return await self.follower.wait(
+            self.keys.journal(run_id), after, within, f"waiting on run {run_id}"
+        )
 
     # -- nodes sharing the archive -----------------------------------------------------------
 
@@ -725,7 +730,8 @@ async def open_redis_archive(
     `call_timeout`: the longest any call waits for Redis (connecting included), in seconds.
     `lease_seconds`: how long this node's lease lasts unless renewed (`renew_lease`).
     `max_commands`: how many commands a node's queue keeps. `max_connections`: the connection
-    pool's bound (each `wait_entries` and `next_commands` holds one while it waits).
+    pool's bound (`next_commands` holds one while it waits; all `wait_entries` share one
+    connection of their own, beside the pool).
     `outage_budget`: how long, in seconds, journal appends, results and run ends wait for a
     Redis that is unavailable, sent again with backoff, before they raise
     `ArchiveUnavailableError` (an `engine.StoreUnavailableError`: the engine ends the run,
@@ -761,11 +767,14 @@ async def open_redis_archive(
             connect_timeout=call_timeout,
             max_connections=max_connections,
         )
+        follower: coredis.Redis[str] = coredis.Redis.from_url(
+            url, decode_responses=True, connect_timeout=call_timeout, max_connections=1
+        )
     except (ValueError, TypeError, KeyError) as exc:
         raise ValueError(f"not a Redis URL: {url!r} ({exc})") from None
     raised: BaseException | None = None
     try:
-        async with client:
+        async with client, follower, trio.open_nursery() as nursery:
             try:
                 archive = RedisRunArchive(
                     client,
@@ -777,11 +786,20 @@ async def open_redis_archive(
                     outage_budget=outage_budget,
                     max_buffer_bytes=max_buffer_bytes,
                 )
+                archive.follower = JournalFollower(
+                    follower=follower,
+                    client=client,
+                    nursery=nursery,
+                    bounded=archive._bounded,
+                    timeout=call_timeout,
+                )
                 await archive._check_namespace()
                 yield archive
             except BaseException as exc:
                 raised = exc
                 raise
+            finally:
+                nursery.cancel_scope.cancel()
     except BaseExceptionGroup as group:
         # The pool's task group wraps what left its block: give the block's own exception back.
         if raised is not None and _only(group) is raised:

@@ -13,6 +13,7 @@ from typing import Any
 import coredis
 import pytest
 import trio
+import trio.testing
 
 from adapters.redis_archive import (
     FORMAT_NAME,
@@ -312,6 +313,50 @@ async def test_viewers_on_another_node_wait_for_new_entries(redis_server: RedisS
                 await viewer.wait_entries("run-1", 0, within=bad)
         with pytest.raises(ValueError, match="after"):
             await viewer.wait_entries("run-1", -1, within=1.0)
+
+
+async def test_many_idle_viewers_time_out_normally_on_a_small_pool(
+    redis_server: RedisServer,
+) -> None:
+    # 200 viewers waiting on quiet runs (half on one, half on runs of their own) with a pool of
+    # 4 connections: each returns False once its `within` passed, none fails for want of a
+    # connection; a viewer of a run that gets an entry meanwhile is woken at once.
+    within = 1.0
+    async with (
+        open_redis_archive(redis_server.url, node="node-a") as writer,
+        open_redis_archive(
+            redis_server.url, node="node-b", max_connections=4, call_timeout=0.5
+        ) as viewer,
+    ):
+        for run_id in ("quiet", "busy"):
+            await writer.journal_store(run_id, RetentionPolicy()).append(
+                _batch(0, [_event(Kind.RUN_STARTED)])
+            )
+        answers: list[tuple[bool, float]] = []
+        woken: list[float] = []
+
+        async def idle(run_id: str) -> None:
+            began = trio.current_time()
+            found = await viewer.wait_entries(run_id, 1, within=within)
+            answers.append((found, trio.current_time() - began))
+
+        async def busy() -> None:
+            assert await viewer.wait_entries("busy", 1, within=10.0)
+            woken.append(trio.current_time())
+
+        async with trio.open_nursery() as nursery:
+            for index in range(200):
+                nursery.start_soon(idle, "quiet" if index % 2 else f"quiet-{index}")
+            nursery.start_soon(busy)
+            await trio.testing.wait_all_tasks_blocked(cushion=0.05)  # all 201 are waiting
+            appended_at = trio.current_time()
+            await writer.journal_store("busy", RetentionPolicy()).append(
+                _batch(1, [_event(Kind.CUSTOM)])
+            )
+        assert len(answers) == 200
+        assert {found for found, _ in answers} == {False}
+        assert max(took for _, took in answers) < within + 0.3
+        assert woken and woken[0] - appended_at < 0.3
 
 
 async def test_a_run_that_ended_takes_no_more_entries(redis_server: RedisServer) -> None:
