@@ -23,7 +23,7 @@ a variable that is not set is an error at start, not at the first delegation.
     kind = "sqlite"               # sqlite (the default) | memory | redis
     path = "runs.sqlite3"         # sqlite: default $XDG_STATE_HOME/subagent-engine/runs.sqlite3
     # redis: url = "redis://127.0.0.1:6379/0" (or url_env = "REDIS_URL"),
-    # namespace = "subagent-engine", node = "node-1", lease_seconds = 10
+    # namespace = "subagent-engine", node = "node-1", lease_seconds = 10, outage_seconds = 30
 
     [parent]
     kind = "scripted"             # scripted | claude-code (or its alias claude) | codex
@@ -254,7 +254,8 @@ class StoreEntry:
     again. `memory`: nothing survives the process (what a `HostConfig` built in code gets).
     `redis`: several server nodes share one Redis (`url`, or `url_env` naming the variable
     that holds it when it carries a password), keys under `namespace`; each node has a `node`
-    name and holds a lease of `lease_seconds`.
+    name and holds a lease of `lease_seconds`. While Redis is unavailable, journal writes are
+    sent again for up to `outage_seconds`; past that the runs writing fail (`store_unavailable`).
     """
 
     kind: str = "memory"
@@ -264,6 +265,7 @@ class StoreEntry:
     namespace: str = "subagent-engine"
     node: str | None = None
     lease_seconds: float = 10.0
+    outage_seconds: float = 30.0
 
     def sqlite_path(self, environ: Mapping[str, str] | None = None) -> Path:
         """The SQLite file: `path` (a `~` expanded), else `default_store_path()`."""
@@ -617,13 +619,22 @@ class _Reader:
 
     def store(self, value: Any) -> StoreEntry:
         path: _Path = ("store",)
-        known = {"kind", "path", "url", "url_env", "namespace", "node", "lease_seconds"}
+        known = {
+            "kind",
+            "path",
+            "url",
+            "url_env",
+            "namespace",
+            "node",
+            "lease_seconds",
+            "outage_seconds",
+        }
         table = self.table(value, path, known)
         kind = self.get(table, path, "kind", str, "sqlite", check=_one_of(STORE_KINDS))
         for key in ("path",) if kind != "sqlite" else ():
             if key in table:
                 raise self.fail((*path, key), f"is for kind = 'sqlite' only (kind is {kind!r})")
-        for key in ("url", "url_env", "namespace", "node", "lease_seconds"):
+        for key in ("url", "url_env", "namespace", "node", "lease_seconds", "outage_seconds"):
             if key in table and kind != "redis":
                 raise self.fail((*path, key), f"is for kind = 'redis' only (kind is {kind!r})")
         entry = StoreEntry(
@@ -635,6 +646,9 @@ class _Reader:
             node=self.get(table, path, "node", str, check=_namespace),
             lease_seconds=float(
                 self.get(table, path, "lease_seconds", (int, float), 10.0, check=_positive)
+            ),
+            outage_seconds=float(
+                self.get(table, path, "outage_seconds", (int, float), 30.0, check=_positive)
             ),
         )
         if kind == "redis":

@@ -96,6 +96,7 @@ async def open_store(
             node=node_name(entry),
             namespace=entry.namespace,
             lease_seconds=entry.lease_seconds,
+            outage_budget=entry.outage_seconds,
         )
         redis_archive = await rcm.__aenter__()
     except RedisOpenError as exc:

@@ -176,6 +176,18 @@ def _error(text: str) -> ConfigError:
             "store.lease_seconds",
             "must be positive",
         ),
+        (
+            '[store]\nkind = "redis"\nurl = "redis://h"\noutage_seconds = -1\n',
+            4,
+            "store.outage_seconds",
+            "must be positive",
+        ),
+        (
+            '[store]\nkind = "sqlite"\noutage_seconds = 5\n',
+            3,
+            "store.outage_seconds",
+            "is for kind = 'redis' only",
+        ),
     ],
 )
 def test_mistakes_name_file_line_and_field(text: str, line: int, field: str, message: str) -> None:
@@ -230,12 +242,17 @@ def test_a_redis_store_names_its_url_or_the_variable_holding_it(
     entry = parse_config(
         '[store]\nkind = "redis"\nurl_env = "SE_REDIS_URL"\nnode = "node-1"\n', "x.toml"
     ).store
-    assert (entry.kind, entry.node, entry.namespace, entry.lease_seconds) == (
-        "redis",
-        "node-1",
-        "subagent-engine",
-        10.0,
-    )
+    assert (
+        entry.kind,
+        entry.node,
+        entry.namespace,
+        entry.lease_seconds,
+        entry.outage_seconds,
+    ) == ("redis", "node-1", "subagent-engine", 10.0, 30.0)
+    tuned = parse_config(
+        '[store]\nkind = "redis"\nurl = "redis://h"\noutage_seconds = 2.5\n', "x.toml"
+    ).store
+    assert tuned.outage_seconds == 2.5
     assert entry.redis_url() == "redis://:secret@127.0.0.1:6379/0"
     assert "secret" not in describe_store(entry)
 
