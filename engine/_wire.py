@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import attrs
@@ -49,7 +50,10 @@ MAX_DOCUMENT_BYTES: Final = 4 * 1024 * 1024
 
 #: A surrogate in a document: escaped, or as the character (bytes: its UTF-8 form, which
 #: `json.loads` decodes with `surrogatepass`). Only documents with one are walked to repair it.
-_SURROGATE_IN_TEXT: Final = re.compile(r"\\u[dD][89a-fA-F]|[\ud800-\udfff]")
+#: In text the two spellings are looked for apart: a literal `\\u` is found fast, and only
+#: text that is not ASCII can hold the character.
+_ESCAPED_SURROGATE_IN_TEXT: Final = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_CHARACTER: Final = re.compile("[\ud800-\udfff]")
 _SURROGATE_IN_BYTES: Final = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
 
 
@@ -198,20 +202,215 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: `json.loads(text, parse_constant=..., parse_float=...)` makes a decoder per call; this one
+#: is made once (decoding keeps no state between documents).
+_DECODER: Final = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def _loads(text: str | bytes) -> Any:
+    """What `json.loads` with `_DECODER`'s hooks gives, for the same input."""
+    if type(text) is str and not text.startswith("\ufeff"):
+        return _DECODER.decode(text)
+    if type(text) is bytes:
+        return _DECODER.decode(text.decode(json.detect_encoding(text), "surrogatepass"))
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def _spells_a_surrogate(text: str | bytes) -> bool:
+    if isinstance(text, str):
+        return ("\\u" in text and _ESCAPED_SURROGATE_IN_TEXT.search(text) is not None) or (
+            not text.isascii() and _SURROGATE_CHARACTER.search(text) is not None
+        )
+    return _SURROGATE_IN_BYTES.search(text) is not None
+
+
 def _parse(text: str | bytes) -> Any:
     if len(text) > MAX_DOCUMENT_BYTES:
         raise WireError(f"document larger than {MAX_DOCUMENT_BYTES} bytes")
     try:
-        value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-        hint = _SURROGATE_IN_TEXT if isinstance(text, str) else _SURROGATE_IN_BYTES
-        if hint.search(text):  # type: ignore[arg-type]
+        value = _loads(text)
+        if _spells_a_surrogate(text):
             value = valid_value(value)
     except (ValueError, RecursionError) as exc:
         raise WireError(f"not JSON: {exc}") from exc
     return value
 
 
+# -- events read directly ----------------------------------------------------------------------
+#
+# Reading an event through the converter costs several times what parsing its JSON does, and a
+# resuming viewer reads a whole run. So the shape `to_json` writes (every field one this version
+# knows, holding a value of its exact type) is read here field by field. Whatever else a document
+# holds (an unknown field or `extra`, a value of another type, a missing `kind`, a subclass of
+# dict or str from a caller of `event_from_jsonable`) makes these readers give None, never
+# raise, and the document goes to the converter, which reads it or says why not. Each reader
+# gives exactly what the converter would: the same values of the same types, mutable values
+# (`args`, `result`, `raw`, metadata) the very objects the document holds.
+
+#: `str | None` fields, and `kind` and `run_id` (required strings, checked apart).
+_EVENT_TEXTS: Final = frozenset(
+    {
+        "kind",
+        "run_id",
+        "parent_tool_call_id",
+        "delegation_id",
+        "agent_key",
+        "agent_name",
+        "protocol",
+        "remote_task_id",
+        "remote_context_id",
+        "remote_message_id",
+        "remote_artifact_id",
+        "remote_tool_call_id",
+        "card_fingerprint",
+        "message_id",
+        "tool_call_id",
+        "name",
+        "role",
+        "delta",
+        "text",
+        "tool_name",
+        "status",
+        "nested_id",
+        "nested_parent_id",
+        "remote_subagent_id",
+    }
+)
+#: Fields of type `Any`: taken as they are.
+_EVENT_ANYTHING: Final = frozenset({"args", "result"})
+_ARTIFACT_TEXTS: Final = frozenset({"id", "name", "description", "mime_type", "uri"})
+
+
+def _plain_object(value: Any) -> bool:
+    """A dict with string keys, as `_json_object` wants one (exact types only)."""
+    return type(value) is dict and all(type(key) is str for key in value)
+
+
+def _artifact_directly(value: Any) -> ArtifactRef | None:
+    if type(value) is not dict:
+        return None
+    fields: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in _ARTIFACT_TEXTS:
+            if item is not None and type(item) is not str:
+                return None
+        elif key == "size_bytes":
+            if item is not None and type(item) is not int:
+                return None
+        elif key == "metadata":
+            if item is not None and not _plain_object(item):
+                return None
+        else:
+            continue  # the converter drops a field an artifact does not have
+        fields[key] = item
+    return ArtifactRef(**fields)
+
+
+def _error_directly(value: Any) -> DelegationError | None:
+    if not _plain_object(value):
+        return None
+    code = value.get("code")
+    message = value.get("message", "")
+    retryable = value.get("retryable")
+    remote_status = value.get("remote_status")
+    metadata = value.get("metadata")
+    if (
+        type(code) is not str
+        or type(message) is not str
+        or (retryable is not None and type(retryable) is not bool)
+        or (remote_status is not None and type(remote_status) is not str)
+        or (metadata is not None and not _plain_object(metadata))
+    ):
+        return None
+    return DelegationError(
+        code=code,
+        message=message,
+        retryable=retryable,
+        remote_status=remote_status,
+        metadata=metadata or None,
+    )
+
+
+def _drop_report_directly(value: Any) -> DropReport | None:
+    if type(value) is not dict or type(value.get("reason")) is not str:
+        return None
+    fields: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in ("count", "bytes"):
+            if type(item) is not int:
+                return None
+        elif key in ("first_cursor", "last_cursor"):
+            if item is not None and type(item) is not int:
+                return None
+        elif key == "kinds":
+            if item is not None:
+                if type(item) is not dict or not all(
+                    type(kind) is str and type(count) is int for kind, count in item.items()
+                ):
+                    return None
+                item = dict(item)  # the converter builds a new mapping
+        elif key != "reason":
+            continue  # the converter drops a field a drop report does not have
+        fields[key] = item
+    return DropReport(**fields)
+
+
+#: Fields holding a nested model (or None), and the direct reader of each.
+_EVENT_NESTED: Final[dict[str, Callable[[Any], Any]]] = {
+    "artifact": _artifact_directly,
+    "error": _error_directly,
+    "dropped": _drop_report_directly,
+}
+
+
+def _event_directly(value: Any) -> DelegationEvent | None:
+    """The event the converter would read from `value`, or None to leave it to the converter."""
+    if type(value) is not dict or type(value.get("kind")) is not str:
+        return None
+    if type(value.get("run_id")) is not str:
+        return None
+    converted: dict[str, Any] = {}
+    for key, item in value.items():
+        if key in _EVENT_TEXTS:
+            if item is not None and type(item) is not str:
+                return None
+        elif key in _EVENT_ANYTHING:
+            pass
+        elif key == "sequence":
+            if type(item) is not int:
+                return None
+        elif key == "time":
+            if type(item) is not float:
+                if type(item) is not int:
+                    return None
+                try:
+                    converted[key] = float(item)
+                except OverflowError:
+                    return None
+        elif key == "synthesized":
+            if type(item) is not bool:
+                return None
+        elif key == "depth":
+            if item is not None and type(item) is not int:
+                return None
+        elif key == "raw":
+            if item is not None and not _plain_object(item):
+                return None
+        elif key in _EVENT_NESTED:
+            if item is not None:
+                nested = _EVENT_NESTED[key](item)
+                if nested is None:
+                    return None
+                converted[key] = nested
+        else:  # `extra` or a field this version does not know
+            return None
+    return DelegationEvent(**(value | converted if converted else value))
+
+
 def event_from_jsonable(value: Any) -> DelegationEvent:
+    event = _event_directly(value)
+    if event is not None:
+        return event
     return _read(value, DelegationEvent)
 
 
