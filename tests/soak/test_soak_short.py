@@ -121,9 +121,10 @@ def test_redis_store_soak_on_two_nodes_loses_nothing_and_the_archive_agrees() ->
     _check(report)
     assert (report.store, report.nodes) == ("redis", 2), report.format()
     assert report.runs == report.archived_runs == STORE_RUNS, report.format()
-    # Viewers followed runs of the other node in the store, and a stop was forwarded.
+    # Viewers followed runs of the other node in the store. (Every stop goes to the other
+    # node, but whether a run is still unfinished when its stop is due depends on timing:
+    # tests/integration/test_redis_nodes.py proves forwarded stops deterministically.)
     assert report.elsewhere["viewer connections"] > 0, report.format()
-    assert report.elsewhere["stops"] > 0, report.format()
 
 
 @pytest.mark.parametrize(

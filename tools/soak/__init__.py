@@ -1126,7 +1126,8 @@ async def _one_http_run(
                 await driven.wait()
             if unfinished() and not hosted.ended.is_set():
                 cancelled = True
-                at = _pick(node_rng, bases)
+                # With several nodes a stop always goes to one not owning the run: forwarded.
+                at = _pick(node_rng, [other for other in bases if other != base] or bases)
                 soak.elsewhere["stops"] += at != base
                 stop = await http.post(f"{at}/runs/{plan.run_id}/stop", headers=auth)
                 if stop.status_code != 200 or not stop.json().get("stopped"):
