@@ -119,12 +119,11 @@ def serve_main(
     try:
         trio.run(_serve, config, host_token, sys.stdout)
     except BaseException as exc:
-        store_error = _store_error(exc)
-        if store_error is not None:
-            print(f"subagent-engine serve: {store_error}", file=sys.stderr)
+        refused = _alone(exc)
+        if isinstance(refused, StoreOpenError):
+            print(f"subagent-engine serve: {refused}", file=sys.stderr)
             return 2
-        refused = _refusal(exc)
-        if refused is None:
+        if not isinstance(refused, TargetPrepareError):
             raise
         # The engine prepared its agents before anything listened, and one cannot work as
         # configured (a malformed agent card, say): a configuration mistake like the others.
@@ -135,18 +134,11 @@ def serve_main(
     return 0
 
 
-def _refusal(exc: BaseException) -> TargetPrepareError | None:
-    """The engine's refusal to start, if that is all `exc` is (nurseries wrap it in groups)."""
+def _alone(exc: BaseException) -> BaseException:
+    """`exc` without the groups of one exception that nurseries wrap it in."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
-    return exc if isinstance(exc, TargetPrepareError) else None
-
-
-def _store_error(exc: BaseException) -> StoreOpenError | None:
-    """The run store's refusal to open, if that is all `exc` is."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc if isinstance(exc, StoreOpenError) else None
+    return exc
 
 
 def check_exposure(config: HostConfig) -> str | None:

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import trio
 
-from engine import DelegationError, Engine, ErrorCode, Run, SharedRunArchive, recover_runs
+from engine import DelegationError, Engine, ErrorCode, SharedRunArchive, recover_runs
 
 __all__ = ["NodeHost", "run_node"]
 
@@ -33,11 +33,6 @@ log = logging.getLogger(__name__)
 
 #: How long a command wait blocks before the loop looks again (seconds).
 COMMAND_WAIT = 5.0
-
-
-class LocalRun(Protocol):
-    @property
-    def run(self) -> Run | None: ...
 
 
 class NodeHost(Protocol):

@@ -176,6 +176,16 @@ class HostedRun:
         return self.ended.is_set() or (self.run is not None and self.run.journal.ended)
 
 
+def store_unavailable(what: str) -> HttpError:
+    """The 503 a request gets while the run store cannot be `what` ("read", "reached")."""
+    return HttpError(
+        503,
+        "store_unavailable",
+        f"The run store cannot be {what} right now; try again shortly.",
+        headers=[("retry-after", str(RETRY_WHEN_FULL))],
+    )
+
+
 def token_digest(token: str) -> str:
     """What the archive keeps of a viewer token: its SHA-256, hex (the token itself is never
     written anywhere)."""
@@ -338,12 +348,7 @@ class RunHost:
             found = await self.engine.find_run(run_id)
         except OSError as exc:
             log.warning("reading run %s from the archive failed: %r", run_id, exc)
-            raise HttpError(
-                503,
-                "store_unavailable",
-                "The run store cannot be read right now; try again shortly.",
-                headers=[("retry-after", str(RETRY_WHEN_FULL))],
-            ) from None
+            raise store_unavailable("read") from None
         if found is None:
             return None
         record, journal = found
@@ -393,9 +398,7 @@ class RunHost:
             await self.shared.send_command(hosted.owner, {**command, "run_id": hosted.run_id})
         except OSError as exc:
             log.warning("forwarding to node %s failed: %r", hosted.owner, exc)
-            raise HttpError(
-                503, "store_unavailable", "The run store cannot be reached; try again shortly."
-            ) from None
+            raise store_unavailable("reached") from None
 
     async def wait_archived_end(self, hosted: HostedRun, within: float) -> bool:
         """Wait at most `within` seconds for a run of another node to end; True if it did."""
@@ -699,12 +702,7 @@ def create_app(
             record = await archive.run(run_id)
             audits = await archive.audits(run_id)
         except OSError:
-            raise HttpError(
-                503,
-                "store_unavailable",
-                "The run store cannot be read right now; try again shortly.",
-                headers=[("retry-after", str(RETRY_WHEN_FULL))],
-            ) from None
+            raise store_unavailable("read") from None
         document = {
             "run_id": hosted.run_id,
             "thread_id": hosted.thread_id,
