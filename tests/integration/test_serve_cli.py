@@ -187,3 +187,18 @@ def test_serve_with_a_host_token_starts_runs_only_for_who_presents_it(tmp_path: 
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
+
+
+def test_a_run_store_that_is_not_ours_fails_before_listening(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "runs.sqlite3"
+    store.write_bytes(b"not a database, and not to be overwritten\n" * 10)
+    before = store.read_bytes()
+    path = tmp_path / "host.toml"
+    path.write_text(f'[store]\npath = "{store}"\n')
+    assert serve_main(str(path), port=0) == 2
+    err = capsys.readouterr().err
+    assert f"subagent-engine serve: the run store {store} cannot be used:" in err
+    assert "not an SQLite database" in err
+    assert store.read_bytes() == before
