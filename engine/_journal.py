@@ -32,7 +32,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Final
+from typing import Final, Self
 
 import attrs
 import trio
@@ -444,7 +444,46 @@ class RunJournal:
         )
 
 
-class Subscription:
+class _EntryReader:
+    """What every reader of a run's entries shares: `receive_batch` and `close` are its own;
+    one entry at a time (`receive`, `async for`) and `async with` (closing it) come from here."""
+
+    _pending: list[JournalEntry]
+
+    async def receive_batch(self, max_entries: int = 512) -> list[JournalEntry]:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    async def receive(self) -> JournalEntry:
+        if not self._pending:
+            self._pending = await self.receive_batch()
+            self._pending.reverse()
+        return self._pending.pop()
+
+    def __aiter__(self) -> AsyncIterator[JournalEntry]:
+        return self
+
+    async def __anext__(self) -> JournalEntry:
+        try:
+            return await self.receive()
+        except trio.EndOfChannel:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class Subscription(_EntryReader):
     """One reader of a run journal, with its own laned buffer.
 
     Iterate it (`async for entry in sub`) or call `receive_batch()` to take what is ready at once
@@ -524,21 +563,6 @@ class Subscription:
             await trio.lowlevel.checkpoint()
         await trio.lowlevel.checkpoint()
 
-    async def receive(self) -> JournalEntry:
-        if not self._pending:
-            self._pending = await self.receive_batch()
-            self._pending.reverse()
-        return self._pending.pop()
-
-    def __aiter__(self) -> AsyncIterator[JournalEntry]:
-        return self
-
-    async def __anext__(self) -> JournalEntry:
-        try:
-            return await self.receive()
-        except trio.EndOfChannel:
-            raise StopAsyncIteration from None
-
     def close(self) -> None:
         """Stop following the journal. Idempotent."""
         if not self._closed:
@@ -546,19 +570,8 @@ class Subscription:
             self._journal._detach(self)
             self._buffer.close()
 
-    async def __aenter__(self) -> Subscription:
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-
-class JournalTail:
+class JournalTail(_EntryReader):
     """A reader of a run whose journal another process writes (a run of another server node):
     it reads the store after its cursor and, once it has everything, waits for more with
     `wait(after, timeout)` (e.g. a blocking read of a Redis stream; True when there may be
@@ -606,31 +619,5 @@ class JournalTail:
             await self._wait(self._after, self._wait_timeout)
             await trio.lowlevel.checkpoint()
 
-    async def receive(self) -> JournalEntry:
-        if not self._pending:
-            self._pending = await self.receive_batch()
-            self._pending.reverse()
-        return self._pending.pop()
-
-    def __aiter__(self) -> AsyncIterator[JournalEntry]:
-        return self
-
-    async def __anext__(self) -> JournalEntry:
-        try:
-            return await self.receive()
-        except trio.EndOfChannel:
-            raise StopAsyncIteration from None
-
     def close(self) -> None:
         self._closed = True
-
-    async def __aenter__(self) -> JournalTail:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
