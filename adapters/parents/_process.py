@@ -231,7 +231,8 @@ class LineSplitter:
                 self._scanned = len(buffer)
                 if len(buffer) > self.max_line_bytes:
                     if not self._skipping:
-                        out.append(bytes(buffer[: self.max_line_bytes]))
+                        # Cut as a line that had its newline is cut: a trailing `\r` goes too.
+                        out.append(bytes(buffer[: self.max_line_bytes]).removesuffix(b"\r"))
                         self.truncated_lines += 1
                         self._skipping = True
                     buffer.clear()
@@ -244,7 +245,7 @@ class LineSplitter:
                 if len(line) > self.max_line_bytes:
                     line = line[: self.max_line_bytes]
                     self.truncated_lines += 1
-                out.append(line[:-1] if line.endswith(b"\r") else line)
+                out.append(line.removesuffix(b"\r"))
             del buffer[: newline + 1]
             self._scanned = 0
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from adapters.inprocess import InProcessTarget, LocalTask
@@ -704,6 +704,7 @@ def test_an_over_long_line_is_cut_and_the_rest_dropped() -> None:
     assert splitter.close() == []
 
 
+@example(chunks=[b"\x00\x00", b"\x00\x00\x00\x00", b"\r\x00", b"\n"], max_line_bytes=7)
 @given(st.lists(st.binary(max_size=30), max_size=20), st.integers(min_value=1, max_value=50))
 def test_any_chunking_gives_the_same_lines(chunks: list[bytes], max_line_bytes: int) -> None:
     data = b"".join(chunks)
