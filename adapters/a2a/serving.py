@@ -9,10 +9,18 @@ into A2A updates. `subagent-engine a2a-serve` (`cli.a2a_serve`) builds the `Serv
 options and host configuration; this is how "Codex as a remote subagent" is served: another engine
 registers the card URL as an A2A agent.
 
-Routes: the card at `/.well-known/agent-card.json`, JSON-RPC at `/a2a/jsonrpc`, HTTP+JSON under
-`/a2a/rest` (with the SDK's tenant form `/a2a/rest/<tenant>/...`), and `/healthz` (JSON: tasks
-running, parent threads alive). The first stdout line is `READY <port>` once it listens, the
-second the card's URL; logs go to stderr.
+Routes: the card at `/.well-known/agent-card.json` (with `Cache-Control`, `ETag` and
+`Last-Modified`: it changes only when the server restarts), JSON-RPC at `/a2a/jsonrpc`, HTTP+JSON
+under `/a2a/rest` (with the SDK's tenant form `/a2a/rest/<tenant>/...`), and `/healthz` (JSON:
+tasks running, parent threads alive). A path under the two A2A prefixes answers the same with a
+trailing slash (a client that joins the card's URL and "/" is served, not redirected: a 307 to a
+POST loses its body with many clients). The first stdout line is `READY <port>` once it listens,
+the second the card's URL; logs go to stderr.
+
+What answers the tasks is `ParentAgentExecutor` (a parent run per task), or the executor a
+`ServedParent` names with `make_executor`: `subagent-engine a2a-serve --parent conformance`
+serves `adapters.a2a.conformance.ConformanceExecutor` (the A2A TCK's scripted agent) through this
+same server: routes, guard, card and body limits.
 
 Who may call. It listens on 127.0.0.1 unless told otherwise. With `--token-env NAME` (at least
 `MIN_HOST_TOKEN_CHARS` characters) every call but the card's and /healthz needs
@@ -60,6 +68,7 @@ with `UnsupportedOperationError`; start a new task (same `contextId` if you like
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import json
@@ -68,6 +77,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, MutableMapping, Sequence
 from contextlib import AbstractAsyncContextManager
+from email.utils import formatdate
 from typing import TYPE_CHECKING, Any, Final, TextIO
 from urllib.parse import urlsplit
 
@@ -119,6 +129,7 @@ __all__ = [
     "ParentAgentExecutor",
     "ParentRunThread",
     "Listening",
+    "ServedExecutor",
     "ServedParent",
     "agent_card",
     "build_app",
@@ -134,6 +145,9 @@ MAX_BODY_BYTES: Final = 4 << 20
 #: How long stopping the server waits for the parents still running to stop.
 SHUTDOWN_TIMEOUT: Final = 15.0
 CARD_PATH: Final = "/.well-known/agent-card.json"
+#: How long a client may keep the card without asking again (RFC 9111 section 5.2.2.1): it
+#: changes only with a restart, and a client revalidates cheaply with its ETag.
+CARD_CACHE_CONTROL: Final = "public, max-age=300"
 JSONRPC_PATH: Final = "/a2a/jsonrpc"
 REST_PATH: Final = "/a2a/rest"
 CANCEL_REASON: Final = "The A2A task was cancelled (CancelTask)."
@@ -162,6 +176,25 @@ class ServedParent:
     #: How long CancelTask waits for the parent to stop before it answers `canceled`.
     cancel_grace: float = 4.0
     listening: Listening = attrs.field(factory=lambda: Listening())
+    #: What answers the tasks; None: a `ParentAgentExecutor` (one parent run per task, made
+    #: with `make_parent` and `open_engine`). Given for the conformance agent.
+    make_executor: Callable[[ServedParent], ServedExecutor] | None = None
+
+
+class ServedExecutor(AgentExecutor):
+    """An a2a-sdk `AgentExecutor` as the server runs it: `/healthz` reads its counts and
+    shutdown closes it (returning how many threads are still alive)."""
+
+    @property
+    @abc.abstractmethod
+    def tasks_running(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def parent_threads(self) -> int: ...
+
+    @abc.abstractmethod
+    async def aclose(self, grace: float = SHUTDOWN_TIMEOUT) -> int: ...
 
 
 @attrs.frozen(kw_only=True)
@@ -429,7 +462,7 @@ class _ServedTask:
     concluded: asyncio.Event = attrs.field(factory=asyncio.Event)
 
 
-class ParentAgentExecutor(AgentExecutor):
+class ParentAgentExecutor(ServedExecutor):
     """The a2a-sdk `AgentExecutor` that runs one parent run per A2A task (see the module docs)."""
 
     def __init__(self, options: ServedParent) -> None:
@@ -773,16 +806,55 @@ class _BoundedJsonBody:
         )
 
 
+class _TrailingSlash:
+    """A path under one of `prefixes` that ends in "/" is routed as the same path without it:
+    served, not redirected (Starlette's redirect answers a POST with a 307 and no body)."""
+
+    def __init__(self, app: Any, prefixes: Sequence[str]) -> None:
+        self.app = app
+        self.prefixes = tuple(prefixes)
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        path = scope.get("path", "")
+        if scope["type"] == "http" and path.endswith("/") and path.startswith(self.prefixes):
+            stripped = path.rstrip("/")
+            raw = scope.get("raw_path")
+            scope = {**scope, "path": stripped}
+            if isinstance(raw, bytes):
+                scope["raw_path"] = raw.rstrip(b"/")
+        await self.app(scope, receive, send)
+
+
+def _card_routes(card: AgentCard, last_modified: float) -> list[Any]:
+    """The SDK's card route (its ETag and 304), with `CARD_CACHE_CONTROL` and a
+    `Last-Modified` of when the server started (RFC 9110 section 8.8.2)."""
+    from a2a.server.routes import create_agent_card_routes
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+    stamp = formatdate(last_modified, usegmt=True)
+    wrapped: list[Any] = []
+    for route in create_agent_card_routes(
+        card, card_url=CARD_PATH, cache_control=CARD_CACHE_CONTROL
+    ):
+        endpoint = route.endpoint
+
+        async def with_last_modified(request: Request, endpoint: Any = endpoint) -> Response:
+            response: Response = await endpoint(request)
+            response.headers.setdefault("last-modified", stamp)
+            return response
+
+        wrapped.append(Route(route.path, with_last_modified, methods=route.methods))
+    return wrapped
+
+
 def build_app(
-    options: ServedParent, base_url: str, executor: ParentAgentExecutor
+    options: ServedParent, base_url: str, executor: ServedExecutor
 ) -> tuple[Any, AgentCard]:
     """The Starlette app (card, JSON-RPC, HTTP+JSON, health) and its card."""
     from a2a.server.request_handlers import DefaultRequestHandler
-    from a2a.server.routes import (
-        create_agent_card_routes,
-        create_jsonrpc_routes,
-        create_rest_routes,
-    )
+    from a2a.server.routes import create_jsonrpc_routes, create_rest_routes
     from a2a.server.tasks import InMemoryTaskStore
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -805,7 +877,7 @@ def build_app(
         )
 
     routes: list[Any] = [Route("/healthz", healthz, methods=["GET"])]
-    routes += create_agent_card_routes(card, card_url=CARD_PATH)
+    routes += _card_routes(card, time.time())
     routes += create_jsonrpc_routes(handler, rpc_url=JSONRPC_PATH)
     # Mounted (not path_prefix=): the SDK's tenant form is then /a2a/rest/{tenant}/..., where
     # the SDK's REST client puts a tenant.
@@ -818,7 +890,9 @@ def build_app(
         with contextlib.suppress(Exception, TimeoutError):
             await asyncio.wait_for(handler.aclose(), timeout=1.0)
 
-    app: Any = _BoundedJsonBody(Starlette(routes=routes, lifespan=lifespan))
+    app: Any = _BoundedJsonBody(
+        _TrailingSlash(Starlette(routes=routes, lifespan=lifespan), (JSONRPC_PATH, REST_PATH))
+    )
     if options.listening.token is not None:
         app = _BearerAuth(app, options.listening.token)
     # Outermost: refused for its headers before a token is compared or a body byte is read.
@@ -841,7 +915,8 @@ async def serve(options: ServedParent, out: TextIO) -> None:
         port = sock.getsockname()[1]
         host = f"[{where.host}]" if ":" in where.host else where.host
         base_url = (where.public_url or f"http://{host}:{port}").rstrip("/")
-        executor = ParentAgentExecutor(options)
+        make_executor = options.make_executor or ParentAgentExecutor
+        executor = make_executor(options)
         app, _ = build_app(options, base_url, executor)
         quiet_sdk_refusals()
         config = uvicorn.Config(
