@@ -19,11 +19,11 @@ returns the updates to publish, in order. Which events become what, and why:
   one `feed` call are merged into one chunk (text is merged, never reordered or lost), and the
   text of consecutive messages is separated by a blank line. `lastChunk=true` comes on an empty
   closing chunk when the task ends, since only then is it known that no more text follows. Each
-  chunk's artifact metadata numbers it (`{"subagent_engine": {"chunk": n}}`): the same text
+  chunk's artifact metadata numbers it (`{"subagentEngine": {"chunk": n}}`): the same text
   streamed twice in a row must not look like a duplicate delivery, which clients drop.
 - Reasoning (`reasoning.*`) -> one `working` status per reasoning message when it ends (or each
   time its text passes `MAX_STATUS_TEXT_CHARS`), the text in the status message, whose metadata
-  says `{"subagent_engine": {"kind": "reasoning"}}`. A2A has no reasoning type; a status message
+  says `{"subagentEngine": {"kind": "reasoning"}}`. A2A has no reasoning type; a status message
   is what agents use for intermediate thoughts, and a whole thought per status (not a status per
   token) keeps a client's status list readable and the task store small.
 - Tool calls -> a `working` status when the call's arguments are complete (`tool_call.end`, or
@@ -88,8 +88,10 @@ __all__ = [
 
 #: The name of the artifact that carries the parent's assistant text.
 ASSISTANT_OUTPUT: Final = "assistant-output"
-#: The message metadata key under which this mapper says what a status is (`{"kind": ...}`).
-METADATA_KEY: Final = "subagent_engine"
+#: The metadata key under which this mapper says what a status is (`{"kind": ...}`) and numbers
+#: a chunk: camelCase like every field name of A2A's JSON serialization, so that a client
+#: checking the payload's field names finds none in snake_case.
+METADATA_KEY: Final = "subagentEngine"
 #: A data part's value larger than this (as JSON) is replaced by a marker. Matches what the
 #: engine's A2A client carries (`adapters.a2a._mapping.MAX_CARRIED_JSON_BYTES`).
 MAX_DATA_BYTES: Final = 4096

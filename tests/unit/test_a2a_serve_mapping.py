@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -388,3 +389,22 @@ def test_the_same_text_twice_in_a_row_is_not_mistaken_for_a_duplicate() -> None:
     for chunk in chunks:
         seen += client.feed(StreamResponse(artifact_update=chunk))
     assert "".join(u.delta or "" for u in seen if u.kind == Kind.TEXT_DELTA) == "\n\n"
+
+
+def _keys(value: Any) -> set[str]:
+    if isinstance(value, dict):
+        return set(value).union(*(_keys(v) for v in value.values()))
+    if isinstance(value, list):
+        return set().union(*(_keys(v) for v in value))
+    return set()
+
+
+def test_every_key_the_mapper_writes_is_camel_case_as_a2a_json_is() -> None:
+    """The A2A TCK (DM-SERIAL-001) flags any key of the form `a_b` in a response: the mapper's
+    own metadata key and data-part fields must not be one (the run's tool arguments are the
+    parent's, and these have none)."""
+    keys = set().union(
+        *(_keys(json_format.MessageToDict(update)) for update in mapper().feed(whole_run()))
+    )
+    assert METADATA_KEY in keys
+    assert not {key for key in keys if re.fullmatch(r"[a-z]+(_[a-z]+)+", key)}
