@@ -44,7 +44,6 @@ what is deeper than the policy allows. `remote_subagents` records the announceme
 
 from __future__ import annotations
 
-import codecs
 import json
 import re
 from collections import Counter, OrderedDict
@@ -63,7 +62,7 @@ __all__ = [
     "RemoteSseDecoder",
 ]
 
-#: Longest SSE frame (or unterminated line) accepted from a remote, in characters.
+#: Longest SSE frame (or unterminated line) accepted from a remote, in bytes.
 MAX_FRAME_BYTES: Final = 4 << 20
 #: A remote payload (custom value, state, result, interrupt) larger than this as JSON is not
 #: carried; a marker says how large it was.
@@ -79,9 +78,31 @@ MAX_INTERRUPTS: Final = 256
 TRACKED_SUBAGENTS: Final = 1024
 
 _TEXT_ROLES: Final = frozenset({"developer", "system", "assistant", "user"})
-_LINE_END: Final = re.compile(r"\r\n|\r|\n")
+_LINE_END_BYTES: Final = re.compile(rb"\r\n|\r|\n")
 _ESCAPED_SURROGATE: Final = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+#: Events that open, close or announce something: one repeated right after itself (the same
+#: JSON) is a retransmission and is ignored. Content (text, reasoning and argument deltas,
+#: chunks) is never ignored: a repeated delta is text the remote sent; nor are statuses (a
+#: repeated step is news the engine folds).
+_LIFECYCLE: Final = frozenset(
+    {
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_END",
+        "REASONING_START",
+        "REASONING_END",
+        "REASONING_MESSAGE_START",
+        "REASONING_MESSAGE_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "SUBAGENT_STARTED",
+        "SUBAGENT_FINISHED",
+        "SUBAGENT_ERROR",
+    }
+)
 
 _CUSTOM_TYPES: Final = {
     "RAW": "agui.raw",
@@ -115,85 +136,109 @@ class RemoteSseDecoder:
     joined by LF, `:` comments and `event:` / `retry:` / unknown fields ignored, data that is not
     a JSON object, NaN/Infinity tokens or out-of-range numbers refused), read incrementally and
     as a consumer: CRLF and CR line endings are legal SSE (sse-starlette sends CRLF) and `id:`
-    lines are ignored, as the AG-UI transport spec requires. A frame or a line longer than
-    `max_frame_bytes` characters is refused. `feed` yields events as they complete and raises
-    `DelegationError(malformed_remote_payload)` at the first frame it cannot read.
+    lines are ignored, as the AG-UI transport spec requires.
+
+    Bounded by bytes as they arrive: lines are split on the raw bytes (CR and LF never occur
+    inside a UTF-8 sequence), and a line, or a frame's `data`, longer than `max_frame_bytes`
+    bytes is refused the moment the bytes read pass the limit, before anything is decoded or
+    parsed. A piece is scanned once (a long line is not searched again when the next piece
+    comes), so a body costs time in proportion to its size. `feed` yields events as they
+    complete and raises `DelegationError(malformed_remote_payload)` at the first frame it cannot
+    read. `close` reads a last frame without its blank line when it is a JSON object; a last
+    frame that is not is a stream cut in the middle of a frame (`stream_interrupted`).
     """
 
     def __init__(self, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
-        self._decoder = codecs.getincrementaldecoder("utf-8")("strict")
-        self._text = ""
+        #: Bytes of the line not yet ended.
+        self._partial = bytearray()
+        #: The last piece ended with CR: an LF opening the next one completes that CRLF.
+        self._after_cr = False
+        self._first_line = True
         self._data: list[str] = []
-        self._data_chars = 0
-        self._started = False
+        self._data_bytes = 0
 
     def feed(self, data: bytes) -> Iterator[dict[str, Any]]:
-        try:
-            text = self._decoder.decode(bytes(data))
-        except UnicodeDecodeError as exc:
-            # The frames before the bad byte come first, however the body was cut.
-            yield from self._lines(exc.object[: exc.start].decode("utf-8"), final=False)
-            raise _malformed(f"the stream is not UTF-8 ({exc.reason})") from None
-        yield from self._lines(text, final=False)
-
-    def close(self) -> Iterator[dict[str, Any]]:
-        """The body ended: the last frame counts even without its blank line (as `parse_sse`)."""
-        try:
-            text = self._decoder.decode(b"", final=True)
-        except UnicodeDecodeError as exc:
-            yield from self._lines(exc.object[: exc.start].decode("utf-8"), final=False)
-            raise _malformed(f"the stream is not UTF-8 ({exc.reason})") from None
-        yield from self._lines(text, final=True)
-        if self._data:
-            yield self._dispatch()
-
-    def _lines(self, text: str, *, final: bool) -> Iterator[dict[str, Any]]:
-        if not self._started and (self._text or text):
-            self._started = True
-            text = text.removeprefix("\ufeff")  # SSE: one leading BOM is ignored
-        buffer = self._text + text if self._text else text
-        position = 0
-        for match in _LINE_END.finditer(buffer):
-            if match.group() == "\r" and match.end() == len(buffer) and not final:
-                break  # a CR at the end of a piece may be the first half of a CRLF
-            line = buffer[position : match.start()]
+        data = bytes(data)
+        start = 0
+        if self._after_cr and data:
+            self._after_cr = False
+            if data[:1] == b"\n":
+                start = 1
+        position = start
+        for match in _LINE_END_BYTES.finditer(data, start):
+            piece = data[position : match.start()]
             position = match.end()
+            if self._partial:
+                self._grow(piece)
+                line = bytes(self._partial)
+                self._partial.clear()
+            else:
+                line = piece
+                if len(line) > self.max_frame_bytes:
+                    raise _malformed(_too_long("an SSE line", self.max_frame_bytes))
+            if position == len(data) and match.group() == b"\r":
+                self._after_cr = True
             event = self._line(line)
             if event is not None:
                 yield event
-        rest = buffer[position:]
-        if final and rest:
-            event = self._line(rest)
+        if position < len(data):
+            self._grow(data[position:])
+
+    def close(self) -> Iterator[dict[str, Any]]:
+        """The body ended: the last frame counts without its blank line when it is whole."""
+        if self._partial:
+            line = bytes(self._partial)
+            self._partial.clear()
+            event = self._line(line)
             if event is not None:
                 yield event
-            rest = ""
-        if len(rest) > self.max_frame_bytes:
-            raise _malformed(f"an SSE line is longer than {self.max_frame_bytes} characters")
-        self._text = rest
+        if self._data:
+            yield self._dispatch(at_end=True)
 
-    def _line(self, line: str) -> dict[str, Any] | None:
-        if not line:
+    def _grow(self, piece: bytes) -> None:
+        self._partial += piece
+        if len(self._partial) > self.max_frame_bytes:
+            self._partial = bytearray()
+            raise _malformed(_too_long("an SSE line", self.max_frame_bytes))
+
+    def _line(self, raw: bytes) -> dict[str, Any] | None:
+        if self._first_line:
+            self._first_line = False
+            raw = raw.removeprefix(b"\xef\xbb\xbf")  # SSE: one leading BOM is ignored
+        if not raw:
             return self._dispatch() if self._data else None
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _malformed(f"the stream is not UTF-8 ({exc.reason})") from None
         if line.startswith(":"):
             return None
         field, _, value = line.partition(":")
         if field == "data":
             value = value.removeprefix(" ")
-            self._data_chars += len(value) + 1
-            if self._data_chars > self.max_frame_bytes:
-                raise _malformed(f"an SSE frame is longer than {self.max_frame_bytes} characters")
+            # The value's bytes and the LF that joins it to the next line.
+            self._data_bytes += len(raw) - (6 if raw.startswith(b"data: ") else 5) + 1
+            if self._data_bytes > self.max_frame_bytes:
+                raise _malformed(_too_long("an SSE frame", self.max_frame_bytes))
             self._data.append(value)
         # `id:` (AG-UI consumers MUST ignore it), `event:`, `retry:` and unknown fields: ignored.
         return None
 
-    def _dispatch(self) -> dict[str, Any]:
+    def _dispatch(self, *, at_end: bool = False) -> dict[str, Any]:
         text = "\n".join(self._data)
+        size = self._data_bytes
         self._data = []
-        self._data_chars = 0
+        self._data_bytes = 0
         try:
             event = json.loads(text, parse_constant=_refuse_constant, parse_float=_finite_float)
         except (ValueError, RecursionError) as exc:
+            if at_end:  # no blank line, and not whole: the body was cut inside the frame
+                raise DelegationError(
+                    code=ErrorCode.STREAM_INTERRUPTED,
+                    message="The remote AG-UI stream ended in the middle of a frame "
+                    f"({size} bytes of data without the blank line that ends a frame).",
+                ) from None
             raise _malformed(f"an SSE frame's data is not JSON: {str(exc)[:120]}") from None
         if _ESCAPED_SURROGATE.search(text):
             # JSON can spell unpaired surrogates ("\\ud800"); they cannot be sent on as UTF-8.
@@ -238,6 +283,10 @@ class AguiRemoteMapper:
         self._resuming = False
         self._decoder = RemoteSseDecoder(max_frame_bytes=max_frame_bytes)
         self._chunks = ChunkExpander()
+        # The event before this one (a lifecycle event repeated right after itself is a
+        # retransmission), and the thread the current run named.
+        self._previous: dict[str, Any] | None = None
+        self._run_thread: str | None = None
         # Open message id -> (family "text" | "reasoning", the remote subagent that opened it).
         self._texts: dict[str, tuple[str, str | None]] = {}
         # Open tool call id -> (name, the remote subagent that opened it).
@@ -289,6 +338,7 @@ class AguiRemoteMapper:
         self._resuming = True
         self._decoder = RemoteSseDecoder(max_frame_bytes=self.max_frame_bytes)
         self._chunks = ChunkExpander()
+        self._previous = None
 
     def feed_event(self, event: Any) -> list[TargetUpdate]:
         """Updates for one parsed AG-UI event (chunk events are expanded first)."""
@@ -327,6 +377,15 @@ class AguiRemoteMapper:
         self.events += 1
         if self._phase == _SUSPENDED:
             self.ignored["after_end"] += 1
+            return
+        previous, self._previous = self._previous, event
+        if (
+            previous is not None
+            and event.get("type") in _LIFECYCLE
+            and previous.get("type") == event.get("type")
+            and previous == event
+        ):
+            self.ignored["duplicate"] += 1
             return
         try:
             expanded = self._chunks.feed(event)
@@ -370,6 +429,7 @@ class AguiRemoteMapper:
         thread_id = _id(event, "threadId")
         run_id = _id(event, "runId")
         self._phase = _RUNNING
+        self._run_thread = thread_id
         previous = self.run_id
         self.run_id = run_id
         self.run_ids.append(run_id)
@@ -389,9 +449,29 @@ class AguiRemoteMapper:
             self._update(Kind.STATUS, status="working", text=f"resumed as run {run_id}", raw=raw)
         )
 
+    def _second_start(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
+        run_id, thread_id = _id(event, "runId"), _id(event, "threadId")
+        if run_id == self.run_id and thread_id == self._run_thread:
+            self.ignored["duplicate"] += 1  # the same start again: nothing new happened
+            return
+        raise _Malformed(
+            f"a second RUN_STARTED (run {run_id[:64]!r}) before run {self.run_id!r} ended"
+        )
+
+    def _same_run(self, event: dict[str, Any], *, required: bool) -> None:
+        """A terminal names the run and thread this stream's RUN_STARTED named (one stream, one
+        run): one for another run would end this delegation on a run it never saw."""
+        for key, ours in (("runId", self.run_id), ("threadId", self._run_thread)):
+            if not required and event.get(key) is None:
+                continue
+            theirs = _id(event, key)
+            if theirs != ours:
+                raise _Malformed(
+                    f"{event['type']} names {key} {theirs[:64]!r}, but this stream runs {ours!r}"
+                )
+
     def _run_finished(self, event: dict[str, Any], out: list[TargetUpdate]) -> None:
-        for key in ("threadId", "runId"):
-            _id(event, key)
+        self._same_run(event, required=True)
         outcome = event.get("outcome")
         kind = "success"
         if outcome is not None:
@@ -438,6 +518,8 @@ class AguiRemoteMapper:
     def _run_error(
         self, event: dict[str, Any], out: list[TargetUpdate], *, before_start: bool = False
     ) -> None:
+        if not before_start:
+            self._same_run(event, required=False)
         message = event.get("message")
         code = event.get("code")
         metadata: dict[str, Any] = {}
@@ -764,7 +846,7 @@ class AguiRemoteMapper:
 
 
 _HANDLERS: Final = {
-    "RUN_STARTED": lambda self, event, out: _second_start(),
+    "RUN_STARTED": AguiRemoteMapper._second_start,
     "RUN_FINISHED": AguiRemoteMapper._run_finished,
     "RUN_ERROR": AguiRemoteMapper._run_error,
     "TEXT_MESSAGE_START": AguiRemoteMapper._message_start,
@@ -786,10 +868,6 @@ _HANDLERS: Final = {
 }
 
 
-def _second_start() -> None:
-    raise _Malformed("a second RUN_STARTED before the run ended")
-
-
 # -- reading fields ---------------------------------------------------------------------------
 
 
@@ -798,6 +876,10 @@ def _malformed(problem: str) -> DelegationError:
         code=ErrorCode.MALFORMED_REMOTE_PAYLOAD,
         message=f"The remote AG-UI agent sent a malformed stream: {problem}.",
     )
+
+
+def _too_long(what: str, limit: int) -> str:
+    return f"{what} is longer than {limit} bytes (read no further)"
 
 
 def _type_name(value: Any) -> str:

@@ -211,12 +211,14 @@ class AguiTarget:
         )
         body = {**({"threadId": thread_id} if thread_id is not None else {}), "runId": run_id}
         try:
-            response = await self._pools.control.post(
-                url, json={**body, **fields}, headers=dict(headers)
-            )
+            # Only the status counts: the answer's body is never read (a remote could make it
+            # any size); leaving the block closes the response unread.
+            async with self._pools.control.stream(
+                "POST", url, json={**body, **fields}, headers=dict(headers)
+            ) as response:
+                return 200 <= response.status_code < 300
         except httpx.HTTPError:
             return False
-        return 200 <= response.status_code < 300
 
     def _error(self, code: str, doing: str, detail: str) -> DelegationError:
         detail = self._redactor.text(detail)[:300]
@@ -290,7 +292,9 @@ class _AguiSession:
     # -- requests -----------------------------------------------------------------------------
 
     def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "text/event-stream"}
+        # Identity only: a compressed body would be inflated by httpx before any of our bounds
+        # could count it (a small gzip frame can inflate a thousandfold).
+        headers = {"Accept": "text/event-stream", "Accept-Encoding": "identity"}
         config = self._target.config
         if config.forward_identity:
             headers.update(identity_headers(self._task, config.tenant))
@@ -338,7 +342,10 @@ class _AguiSession:
                 # Cancelled unwinds httpx's nested generators from the inside (a `break` would
                 # leave them for the garbage collector to close).
                 with trio.CancelScope() as reading:
-                    async for chunk in response.aiter_bytes():
+                    # Raw bytes as they arrive (`_check_response` refused a compressed body):
+                    # the mapper's decoder bounds every frame by bytes, so nothing here holds
+                    # more than one network read.
+                    async for chunk in response.aiter_raw():
                         if self._mapper.error is not None:
                             continue  # buffered bytes, read while the cancel lands
                         await self._emit(self._mapper.feed(chunk), emit)
@@ -362,14 +369,14 @@ class _AguiSession:
         if status >= 400:
             self._sent = False  # refused: no stream, no run to stop
             body = b""
-            # Bounded in size and time; left by cancellation like the stream (no `break`).
-            with trio.move_on_after(self._target.config.request_timeout) as reading:
-                async for chunk in response.aiter_bytes():
-                    if len(body) < _ERROR_BODY_BYTES:
-                        body += chunk
-                    if len(body) >= _ERROR_BODY_BYTES:
-                        reading.cancel()
-            text = body[:_ERROR_BODY_BYTES].decode("utf-8", "replace").strip()
+            if _encoding(response) == "identity":  # a compressed explanation is not shown
+                # Bounded in size and time; left by cancellation like the stream (no `break`).
+                with trio.move_on_after(self._target.config.request_timeout) as reading:
+                    async for chunk in response.aiter_raw():
+                        body += chunk[: _ERROR_BODY_BYTES - len(body)]
+                        if len(body) >= _ERROR_BODY_BYTES:
+                            reading.cancel()
+            text = body.decode("utf-8", "replace").strip()
             detail = f"HTTP {status}" + (f": {text}" if text else "")
             if status in (401, 403):
                 code, detail = ErrorCode.REMOTE_REJECTED, f"authentication refused ({detail})"
@@ -386,6 +393,14 @@ class _AguiSession:
                 ErrorCode.MALFORMED_REMOTE_PAYLOAD,
                 doing,
                 f"the response is {media or 'untyped'}, not an SSE stream (text/event-stream)",
+            )
+        encoding = _encoding(response)
+        if encoding != "identity":
+            raise self._target._error(
+                ErrorCode.MALFORMED_REMOTE_PAYLOAD,
+                doing,
+                f"the stream is compressed ({encoding[:40]}) although only identity was "
+                "accepted (its frames could not be bounded before they are inflated)",
             )
 
     async def _emit(self, updates: list[TargetUpdate], emit: Emit) -> None:
@@ -459,6 +474,12 @@ class _AguiSession:
 
     async def aclose(self) -> None:
         return None
+
+
+def _encoding(response: httpx.Response) -> str:
+    """The response's content coding, lower-cased; `identity` when it names none."""
+    coding = response.headers.get("content-encoding", "").strip().lower()
+    return coding or "identity"
 
 
 def _resume_entries(interrupts: list[dict[str, Any]], answer: Answer) -> list[ResumeEntry]:

@@ -376,7 +376,7 @@ def test_unknown_types_and_silent_ones_are_counted_not_shown() -> None:
         ),
         ([STARTED, {"type": "TEXT_MESSAGE_END", "messageId": "m"}], "never started"),
         ([STARTED, {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "x"}], "never started"),
-        ([STARTED, *text("x")[:1], *text("x")[:1]], "already open"),
+        ([STARTED, *text("x")[:2], *text("y")[:1]], "already open"),
         (
             [
                 STARTED,
@@ -385,7 +385,7 @@ def test_unknown_types_and_silent_ones_are_counted_not_shown() -> None:
             ],
             "never started",
         ),
-        ([STARTED, STARTED], "second RUN_STARTED"),
+        ([STARTED, {**STARTED, "runId": "r-2"}], "second RUN_STARTED"),
         ([{"type": "RUN_STARTED", "threadId": "t"}], "without a string runId"),
         ([STARTED, {"type": "TEXT_MESSAGE_START", "messageId": 7}], "without a string messageId"),
         ([STARTED, {"type": "TEXT_MESSAGE_START", "messageId": "m", "role": "tool"}], "role"),
