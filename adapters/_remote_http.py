@@ -12,15 +12,25 @@ the values to redact for a credential are the header value and its token without
 `ref_identity_headers` what of it the journal kept, for a cancel with no session),
 as kagent's remote A2A subagents send `x-user-id`
 (https://github.com/kagent-dev/kagent/blob/main/docs/architecture/a2a-subagents.md). `task_text`
-is what a remote agent is asked, whatever its protocol. No I/O.
+is what a remote agent is asked, whatever its protocol.
+
+It also bounds what a remote may make us hold: every response body read through the pools is
+counted WHILE it is read, before anything parses it (`FrameBoundedStream`, installed on every
+response by `bound_response_frames`): an event stream (`text/event-stream`) by the bytes of its
+current event, anything else by its total bytes, decompressed bytes counted where the remote
+compressed them. Past the limit, reading raises `FrameTooLargeError`, so no more than about the
+limit plus one network read is ever buffered below the parser. The module itself does no I/O
+beyond wrapping the streams the pools read.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import ssl
 import urllib.request
-from collections.abc import AsyncIterator, Mapping, Sequence
+import zlib
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -29,10 +39,14 @@ import httpx
 from engine import DelegationTask, RemoteTaskRef
 
 __all__ = [
+    "DEFAULT_MAX_FRAME_BYTES",
     "SHARD_REQUESTS",
+    "FrameBoundedStream",
+    "FrameTooLargeError",
     "OriginBoundAuth",
     "RemotePools",
     "ShardedTransport",
+    "bound_response_frames",
     "credential_secrets",
     "http_pools",
     "identity_headers",
@@ -68,6 +82,196 @@ class OriginBoundAuth(httpx.Auth):
         if origin(str(request.url)) in self._origins:
             request.headers[self._header[0]] = self._header[1]
         yield request
+
+
+#: The default bound on one event of a remote's event stream, and on any other response body.
+DEFAULT_MAX_FRAME_BYTES: Final = 8 << 20
+
+#: What the error keeps of the frame it refused (to tell what it was, e.g. an artifact chunk).
+FRAME_HEAD_BYTES: Final = 256
+
+#: Decompressed bytes produced per step: what one compressed read may make us hold at most.
+_INFLATE_STEP: Final = 64 << 10
+
+#: A blank line of an event stream: two line ends in a row, a line end being CRLF, LF or CR
+#: (https://html.spec.whatwg.org/multipage/server-sent-events.html#event-stream-interpretation).
+#: Atomic groups: the CR and LF of one CRLF are never taken for two line ends.
+_BLANK_LINE: Final = re.compile(rb"(?>\r\n|\r|\n)(?>\r\n|\r|\n)")
+
+
+class FrameTooLargeError(Exception):
+    """A remote's response held more than `limit` bytes in one frame: one event of an event
+    stream, or the whole body of any other response. Raised while reading, before any parser
+    saw the frame. `content_type` is the response's; `head` the frame's first bytes (at most
+    `FRAME_HEAD_BYTES`: what the frame was, never the whole of it)."""
+
+    def __init__(self, *, limit: int, content_type: str, head: bytes) -> None:
+        what = "one event of its stream" if _is_event_stream(content_type) else "its answer"
+        super().__init__(
+            f"The remote sent more than {limit} bytes in {what} ({content_type or 'no type'})."
+        )
+        self.limit = limit
+        self.content_type = content_type
+        self.head = head
+
+
+def _is_event_stream(content_type: str) -> bool:
+    return content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+
+
+class FrameBoundedStream(httpx.AsyncByteStream):
+    """A response body that raises `FrameTooLargeError` as soon as one frame passes `limit`
+    bytes: for an event stream a frame is what follows the last blank line, for any other body
+    it is the whole body. `encodings` are the body's content codings (gzip, deflate): they are
+    undone here, in bounded steps, so a small compressed frame that inflates past the limit is
+    refused too (the caller then drops its Content-Encoding header: httpx must not undo them
+    again). Closing it closes the stream it wraps."""
+
+    def __init__(
+        self,
+        stream: httpx.AsyncByteStream,
+        *,
+        limit: int,
+        content_type: str = "",
+        encodings: Sequence[str] = (),
+    ) -> None:
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        self._stream = stream
+        self._limit = limit
+        self._content_type = content_type
+        self._events = _is_event_stream(content_type)
+        self._inflaters = [_inflater(e) for e in encodings]
+        self._frame = 0  # bytes of the current frame so far
+        self._head = b""  # its first bytes
+        self._tail = b""  # the last bytes seen, for a blank line split across two reads
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        raws = self._stream.__aiter__()
+        try:
+            async for raw in raws:
+                for chunk in self._decoded(raw):
+                    self._count(chunk)
+                    yield chunk
+            for chunk in self._flushed():
+                self._count(chunk)
+                yield chunk
+        finally:
+            # The body beneath (often an async generator) is closed here, not left to the
+            # garbage collector, when a frame is refused or the reader leaves.
+            close = getattr(raws, "aclose", None)
+            if close is not None:
+                await close()
+
+    def _decoded(self, raw: bytes) -> Iterator[bytes]:
+        chunks: Iterator[bytes] = iter((raw,))
+        for inflater in reversed(self._inflaters):  # the last coding applied is undone first
+            chunks = _inflate(inflater, chunks)
+        return (c for c in chunks if c)
+
+    def _flushed(self) -> Iterator[bytes]:
+        chunks: Iterator[bytes] = iter(())
+        for inflater in reversed(self._inflaters):
+            chunks = _inflate(inflater, chunks, flush=True)
+        return (c for c in chunks if c)
+
+    def _count(self, chunk: bytes) -> None:
+        if not self._events:
+            self._add(chunk)
+            return
+        data = self._tail + chunk
+        pos = len(self._tail)  # what precedes was counted with the chunk before
+        for match in _BLANK_LINE.finditer(data):
+            end = match.end()
+            if end > pos:
+                self._add(data[pos:end])  # the frame, up to and with its blank line
+                self._frame = 0
+                self._head = b""
+                pos = end
+        self._add(data[pos:])
+        self._tail = data[-3:]
+
+    def _add(self, data: bytes) -> None:
+        self._frame += len(data)
+        if len(self._head) < FRAME_HEAD_BYTES:
+            self._head += data[: FRAME_HEAD_BYTES - len(self._head)]
+        if self._frame > self._limit:
+            raise FrameTooLargeError(
+                limit=self._limit, content_type=self._content_type, head=self._head
+            )
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+def _inflater(encoding: str) -> Any:
+    if encoding == "gzip":
+        return zlib.decompressobj(zlib.MAX_WBITS | 16)
+    return _Deflate()
+
+
+class _Deflate:
+    """HTTP "deflate": zlib-wrapped as the RFC says, or raw as some servers send it (httpx
+    accepts both the same way)."""
+
+    def __init__(self) -> None:
+        self._inner: Any = zlib.decompressobj()
+        self._first = True
+        self.unconsumed_tail = b""
+
+    def decompress(self, data: bytes, max_length: int) -> bytes:
+        if self._first and data:
+            self._first = False
+            try:
+                out = self._inner.decompress(data, max_length)
+            except zlib.error:
+                self._inner = zlib.decompressobj(-zlib.MAX_WBITS)
+                out = self._inner.decompress(data, max_length)
+        else:
+            out = self._inner.decompress(data, max_length)
+        self.unconsumed_tail = self._inner.unconsumed_tail
+        return bytes(out)
+
+    def flush(self) -> bytes:
+        return bytes(self._inner.flush())
+
+
+def _inflate(inflater: Any, chunks: Iterator[bytes], *, flush: bool = False) -> Iterator[bytes]:
+    """`chunks` decompressed, at most `_INFLATE_STEP` bytes at a time (a bomb inflates only as
+    far as the reader reads). A corrupt coding is httpx's `DecodingError`, as httpx says it."""
+    try:
+        for data in chunks:
+            while data:
+                yield inflater.decompress(data, _INFLATE_STEP)
+                data = inflater.unconsumed_tail
+        if flush:
+            yield inflater.flush()
+    except zlib.error as exc:
+        raise httpx.DecodingError(f"the remote's compressed body is corrupt: {exc}") from None
+
+
+async def bound_response_frames(response: httpx.Response, *, max_frame_bytes: int) -> None:
+    """An httpx response hook (`event_hooks={"response": [partial(bound_response_frames,
+    max_frame_bytes=N)]}`) that puts a `FrameBoundedStream` under `response`'s body before
+    anything reads it. The gzip and deflate codings are undone by the bounded stream (counted
+    decompressed), so their Content-Encoding is removed for httpx; a body with another coding
+    is counted as it comes (httpx cannot decode it either)."""
+    codings = [
+        c.strip().lower()
+        for c in response.headers.get_list("content-encoding", split_commas=True)
+        if c.strip()
+    ]
+    undone: list[str] = []
+    if codings and all(c in ("gzip", "deflate", "identity") for c in codings):
+        undone = [c for c in codings if c != "identity"]
+        del response.headers["content-encoding"]
+    assert isinstance(response.stream, httpx.AsyncByteStream)
+    response.stream = FrameBoundedStream(
+        response.stream,
+        limit=max_frame_bytes,
+        content_type=response.headers.get("content-type", ""),
+        encodings=undone,
+    )
 
 
 #: Requests one httpcore pool of a `ShardedTransport` carries at once before the next request
@@ -176,6 +380,7 @@ def http_pools(
     forward_headers: Mapping[str, str],
     request_timeout: float,
     http: httpx.AsyncClient | None,
+    max_frame_bytes: int | None = DEFAULT_MAX_FRAME_BYTES,
 ) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
     """(the streaming pool, the control pool) of a remote target: the credential only for
     `home_url`'s origin and `trusted_origins`, no redirects, reads without a timeout (streams
@@ -185,14 +390,21 @@ def http_pools(
     left the 101st concurrent delegation to one agent waiting for a connection until it failed
     (and made a cascade's CancelTasks queue behind each other). When the environment names a
     proxy (HTTP_PROXY, HTTPS_PROXY, ...), httpx's own transports are kept, so the proxy is used
-    (a custom transport turns httpx's environment proxies off), still without the cap. A
-    caller-given `http` serves both (and stays the caller's to close)."""
+    (a custom transport turns httpx's environment proxies off), still without the cap. Every
+    response they read is bounded by `max_frame_bytes` (`bound_response_frames`; None: not
+    bounded). A caller-given `http` serves both as it is, bounds included (and stays the
+    caller's to close)."""
     if http is not None:
         return http, http
     origins = frozenset({origin(home_url), *(origin(o) for o in trusted_origins)})
     auth = OriginBoundAuth(auth_header, origins) if auth_header else None
     verify = httpx.create_ssl_context()
     proxied = bool(urllib.request.getproxies())
+    hooks: dict[str, list[Any]] = {}
+    if max_frame_bytes is not None:
+        hooks["response"] = [
+            functools.partial(bound_response_frames, max_frame_bytes=max_frame_bytes)
+        ]
 
     def new_pool() -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -202,6 +414,7 @@ def http_pools(
             follow_redirects=False,
             limits=httpx.Limits(max_connections=None, max_keepalive_connections=SHARD_REQUESTS),
             transport=None if proxied else ShardedTransport(verify=verify),
+            event_hooks=hooks,
         )
 
     return new_pool(), new_pool()
@@ -222,6 +435,7 @@ class RemotePools:
         forward_headers: Mapping[str, str],
         request_timeout: float,
         http: httpx.AsyncClient | None,
+        max_frame_bytes: int | None = DEFAULT_MAX_FRAME_BYTES,
     ) -> None:
         self._open = functools.partial(
             http_pools,
@@ -231,6 +445,7 @@ class RemotePools:
             forward_headers=forward_headers,
             request_timeout=request_timeout,
             http=http,
+            max_frame_bytes=max_frame_bytes,
         )
         self._owned = http is None
         self.streams, self.control = self._open()
