@@ -380,7 +380,7 @@ def http_pools(
     forward_headers: Mapping[str, str],
     request_timeout: float,
     http: httpx.AsyncClient | None,
-    max_frame_bytes: int | None = DEFAULT_MAX_FRAME_BYTES,
+    max_frame_bytes: int | None = None,
 ) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
     """(the streaming pool, the control pool) of a remote target: the credential only for
     `home_url`'s origin and `trusted_origins`, no redirects, reads without a timeout (streams
@@ -391,9 +391,9 @@ def http_pools(
     (and made a cascade's CancelTasks queue behind each other). When the environment names a
     proxy (HTTP_PROXY, HTTPS_PROXY, ...), httpx's own transports are kept, so the proxy is used
     (a custom transport turns httpx's environment proxies off), still without the cap. Every
-    response they read is bounded by `max_frame_bytes` (`bound_response_frames`; None: not
-    bounded). A caller-given `http` serves both as it is, bounds included (and stays the
-    caller's to close)."""
+    response they read is bounded by `max_frame_bytes` (`bound_response_frames`; None, the
+    default: not bounded). A caller-given `http` serves both as it is, bounds included (and
+    stays the caller's to close)."""
     if http is not None:
         return http, http
     origins = frozenset({origin(home_url), *(origin(o) for o in trusted_origins)})
@@ -435,7 +435,7 @@ class RemotePools:
         forward_headers: Mapping[str, str],
         request_timeout: float,
         http: httpx.AsyncClient | None,
-        max_frame_bytes: int | None = DEFAULT_MAX_FRAME_BYTES,
+        max_frame_bytes: int | None = None,
     ) -> None:
         self._open = functools.partial(
             http_pools,
