@@ -16,7 +16,11 @@ missing start, keeps exactly one terminal, opens and closes text messages, folds
 statuses and counts artifacts and their bytes against the policy.
 
 Theory of operation. The first item that names a task id teaches the mapper its task (and context)
-and yields `subagent.started` carrying the task's first status. Statuses map by `TaskState`;
+and yields `subagent.started` carrying the task's first status; a terminal status update never
+does: one that arrives before the task was announced (or names no task) is only a claim, ignored
+and counted, because a remote may say "completed" first and then stream its real task (the
+caller confirms a claim with `GetTask` if its stream ends without a real end). Statuses map by
+`TaskState`;
 interrupted states become `subagent.input_required`, terminal ones `finished`, `failed` (with a
 typed `remote_failed` / `remote_rejected` error) or `cancelled`. A status message's text is the
 update's `text`, never a text delta: only what the remote streams as assistant output becomes
@@ -207,6 +211,11 @@ class A2AEventMapper:
         self.ignored_duplicates = 0
         #: Statuses older (by `status.timestamp`) than one already mapped.
         self.ignored_stale = 0
+        #: Terminal statuses for no announced task (see `feed`).
+        self.ignored_unannounced = 0
+        #: The task id the last of those named while no task was announced: a claim that a
+        #: caller whose stream ended without a real terminal may check (`GetTask`).
+        self.unconfirmed_task_id: str | None = None
         self._started = False
         self._status_seen: tuple[str, str | None] | None = None
         self._status_time: tuple[int, int] | None = None
@@ -220,7 +229,11 @@ class A2AEventMapper:
     # -- public surface -----------------------------------------------------------------------
 
     def feed(self, response: StreamResponse) -> list[TargetUpdate]:
-        """Updates for one item of a `SendStreamingMessage` or `SubscribeToTask` stream."""
+        """Updates for one item of a `SendStreamingMessage` or `SubscribeToTask` stream.
+
+        A terminal status update is the end only for the announced task: one that comes before
+        any item named the task, or that names no task, yields nothing (a remote may claim the
+        end first and then stream its real task; see `unconfirmed_task_id`)."""
         if not isinstance(response, StreamResponse):
             raise _malformed(f"expected a StreamResponse, got {type(response).__name__}")
         which = response.WhichOneof("payload")
@@ -234,6 +247,8 @@ class A2AEventMapper:
             raise _malformed(f"a stream item has an unknown payload {which!r}")
         task_id = _task_id_of(response, which)
         if self._foreign(task_id):
+            return []
+        if which == "status_update" and self._unannounced_terminal(response.status_update):
             return []
         key = hashlib.blake2b(response.SerializeToString(deterministic=True), digest_size=16)
         digest = key.digest()
@@ -335,6 +350,20 @@ class A2AEventMapper:
             self.ignored_foreign += 1
             return True
         return False
+
+    def _unannounced_terminal(self, event: TaskStatusUpdateEvent) -> bool:
+        """Whether a status update is a terminal state for no announced task: sent before any
+        item named the task, or naming no task at all. It is not the end (a remote's real task
+        may stream on after it); it is counted and its task id kept as a claim to check
+        (`unconfirmed_task_id`), never learned, mapped or remembered as seen."""
+        if not event.HasField("status") or status_of(event.status.state) not in _TERMINAL:
+            return False
+        if self._started and event.task_id:
+            return False  # for the announced task (another task's was ignored before)
+        self.ignored_unannounced += 1
+        if event.task_id and not self._started:
+            self.unconfirmed_task_id = event.task_id
+        return True
 
     def _learn(
         self,

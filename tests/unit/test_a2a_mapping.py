@@ -104,12 +104,15 @@ def test_first_task_with_status_text_starts_then_reports_the_text() -> None:
     assert (updates[1].status, updates[1].text) == ("working", "Accepted")
 
 
-def test_terminal_before_any_task_starts_from_the_update_then_ends() -> None:
-    updates = A2AEventMapper().feed(on_status(S.TASK_STATE_COMPLETED, "done"))
-    assert kinds(updates) == [Kind.STARTED, Kind.FINISHED]
-    assert updates[0].remote_task_id == "task-1"
-    assert updates[0].status == "completed"
-    assert updates[1].text == "done"
+def test_a_terminal_before_any_task_is_a_claim_not_the_end() -> None:
+    mapper = A2AEventMapper()
+    assert mapper.feed(on_status(S.TASK_STATE_COMPLETED, "done")) == []
+    assert (mapper.ignored_unannounced, mapper.unconfirmed_task_id) == (1, "task-1")
+    assert mapper.task_id is None and mapper.terminal_state is None
+    # The task is then announced; its real end is the end.
+    assert kinds(mapper.feed(on_task(task()))) == [Kind.STARTED]
+    updates = mapper.feed(on_status(S.TASK_STATE_COMPLETED, "done"))
+    assert kinds(updates) == [Kind.FINISHED] and updates[0].text == "done"
 
 
 def test_an_artifact_first_starts_with_no_status() -> None:
@@ -663,7 +666,7 @@ def test_duplicated_stream_through_the_engine_has_one_terminal_and_no_doubled_te
 
 
 def test_rejected_through_the_engine() -> None:
-    state = engine_run(on_status(S.TASK_STATE_REJECTED, "nope"))
+    state = engine_run(on_task(task()), on_status(S.TASK_STATE_REJECTED, "nope"))
     assert state.result is not None
     assert state.result.status == Status.FAILED
     assert state.result.error is not None

@@ -51,6 +51,13 @@ Scenarios (executor behaviour), see ``SCENARIOS`` below for the one-line summari
 - ``hangcancel``: like ``hang``; the executor cancel handler never returns, so the CancelTask
   request never gets an answer (the caller's deadline must fire). The task stays WORKING.
 - ``huge``: WORKING, one ``huge.txt`` artifact chunk of 5 MiB of text, COMPLETED.
+- ``giant``: like ``huge`` with 50 MiB (``GIANT_BYTES``) in its one chunk, i.e. one SSE frame of
+  ~50 MiB; GetTask and CancelTask answers then carry it too.
+- ``early-terminal``: the stream of a new task opens with a COMPLETED status update for that
+  task's own id (status message ``done: too early``) *before* the Task is announced, then the
+  Task, WORKING, ``assistant-output`` in 3 chunks (``STREAM_CHUNKS``), and the real COMPLETED
+  (``done: the real end``). The stored task never holds the early one.
+- ``early-foreign``: the same, but the early COMPLETED names another task id (no such task).
 - ``chatty``: ``CHATTY_STATUSES`` identical WORKING statuses (same message text, same timestamp:
   a state repeated, which a slow reader's buffer may fold), one ``assistant-output`` chunk
   ``chatty done.``, COMPLETED.
@@ -83,6 +90,8 @@ SDK facts this server relies on or works around (a2a-sdk 1.3.0):
 - ``dup``: the SDK forwards a second terminal event; the duplicated artifact chunk has
   ``append=false`` so the stored task holds it once (GetTask shows no doubled text).
 - A follow-up stream (``input``) starts with the status update, not with a Task.
+- ``early-*``: the executor cannot enqueue a status before the Task (the SDK refuses it), so the
+  request handler writes the early COMPLETED into the stream itself, ahead of the SDK's events.
 - An executor ``cancel()`` that raises makes the SDK mark the task FAILED, hence ``nocancel``
   refuses in the request handler instead. While a ``hangcancel`` cancel hangs, the SDK holds the
   task's lock: a second CancelTask or a SubscribeToTask for that task hangs too.
@@ -155,6 +164,9 @@ from tools.peers.children import announce_ready
 AUTH_TOKEN = "test-token"
 CARD_SUFFIX = "/.well-known/agent-card.json"
 HUGE_BYTES = 5 * 1024 * 1024
+GIANT_BYTES = 50 * 1024 * 1024
+EARLY_TEXT = "done: too early"
+REAL_END_TEXT = "done: the real end"
 SLOW_CANCEL_S = 3.0
 DROP_RECOVERY_S = 0.5
 NOSTREAM_STEP_S = 0.1
@@ -188,6 +200,9 @@ SCENARIOS: tuple[Scenario, ...] = (
     Scenario("nocancel", "WORKING forever; CancelTask refused (TaskNotCancelableError)"),
     Scenario("hangcancel", "WORKING forever; CancelTask never answers"),
     Scenario("huge", "one 5 MiB artifact chunk"),
+    Scenario("giant", "one 50 MiB artifact chunk (one SSE frame)"),
+    Scenario("early-terminal", "COMPLETED before its Task is announced, then the real stream"),
+    Scenario("early-foreign", "COMPLETED for another task id first, then the real stream"),
     Scenario("chatty", f"{CHATTY_STATUSES} identical WORKING statuses, then one chunk"),
     Scenario("v03", "an A2A 0.3 agent (0.3 card, JSON-RPC with the SDK's 0.3 compat) that streams"),
 )
@@ -327,7 +342,7 @@ class FaultyExecutor(AgentExecutor):
             if context.message is not None:
                 task.history.append(context.message)
             await event_queue.enqueue_event(task)
-        behaviour = getattr(self, "_run_" + self.scenario)
+        behaviour = getattr(self, "_run_" + self.scenario.replace("-", "_"))
         await behaviour(context, emit)
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
@@ -455,6 +470,26 @@ class FaultyExecutor(AgentExecutor):
         )
         await emit(_status(context, TaskState.TASK_STATE_COMPLETED, "done: 5 MiB"))
 
+    async def _run_giant(self, context: RequestContext, emit: _Emit) -> None:
+        await emit(_status(context, TaskState.TASK_STATE_WORKING, "working on it"))
+        await emit(
+            _chunk(context, str(uuid.uuid4()), "giant.txt", "x" * GIANT_BYTES, last_chunk=True)
+        )
+        await emit(_status(context, TaskState.TASK_STATE_COMPLETED, "done: 50 MiB"))
+
+    async def _run_early_terminal(self, context: RequestContext, emit: _Emit) -> None:
+        # The early COMPLETED is written by the request handler (`_early_terminal`).
+        await emit(_status(context, TaskState.TASK_STATE_WORKING, "working on it"))
+        out = str(uuid.uuid4())
+        for i, text in enumerate(STREAM_CHUNKS):
+            last = i == len(STREAM_CHUNKS) - 1
+            await emit(
+                _chunk(context, out, "assistant-output", text, append=i > 0, last_chunk=last)
+            )
+        await emit(_status(context, TaskState.TASK_STATE_COMPLETED, REAL_END_TEXT))
+
+    _run_early_foreign = _run_early_terminal
+
     async def _run_chatty(self, context: RequestContext, emit: _Emit) -> None:
         repeated = _status(context, TaskState.TASK_STATE_WORKING, "thinking")
         for _ in range(CHATTY_STATUSES):
@@ -546,8 +581,12 @@ class RecordingHandler(DefaultRequestHandler):
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event, None]:
         context.state["sent_ids"] = (params.message.task_id, params.message.context_id)
+        early = self.scenario.startswith("early-") and not params.message.task_id
         async with contextlib.aclosing(super().on_message_send_stream(params, context)) as events:
             async for event in events:
+                if early and isinstance(event, Task):
+                    early = False
+                    yield _early_terminal(event, foreign=self.scenario == "early-foreign")
                 yield event
                 if (
                     self.scenario in ("drop", "dropclean")
@@ -564,6 +603,24 @@ class RecordingHandler(DefaultRequestHandler):
                         self.scenario, "cuts", {"task_id": event.task_id, "mode": mode}
                     )
                     return  # ends this subscription; the task itself keeps running
+
+
+def _early_terminal(task: Task, *, foreign: bool) -> TaskStatusUpdateEvent:
+    """A COMPLETED status for `task` (or, `foreign`, for a task that does not exist), to be
+    sent before `task` itself is announced."""
+    task_id = str(uuid.uuid4()) if foreign else task.id
+    status = TaskStatus(state=TaskState.TASK_STATE_COMPLETED)
+    status.timestamp.GetCurrentTime()
+    status.message.CopyFrom(
+        Message(
+            role=Role.ROLE_AGENT,
+            message_id=str(uuid.uuid4()),
+            task_id=task_id,
+            context_id=task.context_id,
+            parts=[Part(text=EARLY_TEXT)],
+        )
+    )
+    return TaskStatusUpdateEvent(task_id=task_id, context_id=task.context_id, status=status)
 
 
 # --------------------------------------------------------------------------- ASGI wiring
