@@ -57,6 +57,7 @@ from adapters.parents import (
     DEFAULT_SCRIPT,
     SCRIPTED,
     Answer,
+    Ask,
     Delegate,
     Say,
     ScriptedParent,
@@ -146,7 +147,7 @@ BUILTIN: Final = "builtin"
 #: The variable that carries the remotes' bearer token into their environment (`--token-env`).
 REMOTE_TOKEN_ENV: Final = "SUBAGENT_ENGINE_REMOTE_TOKEN"
 
-Step = Say | Think | Delegate | Answer
+Step = Say | Think | Delegate | Ask | Answer
 
 
 @attrs.frozen

@@ -1,23 +1,25 @@
 """The scripted agents' scripts: what `a2a-serve --script NAME` serves with no model.
 
 `research` and `review` are the two remote agents of `subagent-engine demo`, paced so a person
-can follow them on the page; `reply` answers at once and `slow` streams for about 15 s (for
-cancelling mid-stream). A script is a tuple of the scripted parent's steps
-(`adapters.parents.Say`, `Think`, `Delegate`); `{prompt}` in a chunk becomes the task's text.
+can follow them on the page; `reply` answers at once, `slow` streams for about 15 s (for
+cancelling mid-stream) and `ask` asks the task's sender one question (`ask_requester`: the A2A
+task turns input-required) and answers with their reply. A script is a tuple of the scripted
+parent's steps (`adapters.parents.Say`, `Think`, `Delegate`, `Ask`); `{prompt}` in a chunk
+becomes the task's text.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-from adapters.parents import Delegate, Say, Think
+from adapters.parents import Ask, Delegate, Say, Think
 
 __all__ = ["PACE", "SCRIPTS"]
 
 #: Seconds between the chunks of the demo scripts (a pace a person can follow).
 PACE: Final = 0.4
-#: By name (`--script`): no model and no delegation, so no MCP endpoint.
-SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate, ...]]] = {
+#: By name (`--script`): no model; only `ask` needs the run's MCP endpoint.
+SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate | Ask, ...]]] = {
     "reply": (
         Think(("Reading the task, ", "then answering.")),
         Say(("You asked: ", "{prompt}", ". ", "Here is the scripted answer.")),
@@ -26,6 +28,14 @@ SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate, ...]]] = {
     "slow": (
         Think(("Taking my time.",)),
         Say(tuple(f"chunk {i} " for i in range(300)), pause=0.05),
+    ),
+    # One question to the task's sender, then an answer that uses their reply.
+    "ask": (
+        Think(("The task leaves one thing open: ", "I'll ask.")),
+        Ask(
+            "Which format should the answer to '{prompt}' take?",
+            reply="Answering '{prompt}' as you asked: {answer}.",
+        ),
     ),
     # The two remotes of `subagent-engine demo`, at a human pace.
     "research": (

@@ -36,6 +36,14 @@ least one per `heartbeat_interval` even when the remote is silent, so parent CLI
 idle calls do not time out. Everything else of the delegation's live stream goes to the run
 journal (which the UI watches) and never to the parent model.
 
+Asking the requester. A host that can reach whoever sent a run its task gives the endpoint a
+`Requester` (`subagent-engine a2a-serve`: the A2A client, through the task's input-required
+state); every run of that endpoint then also lists `ask_requester`. A call blocks in
+`Requester.ask` until the answer (the tool's result) or a `RequesterError` (an error result the
+model reads: no answer in time, nobody to ask), sending the same progress heartbeats as a
+delegation so the parent CLI does not give up on a long wait. Without a requester the tool is
+neither listed nor callable.
+
 The token never appears in a prompt, an event, a result or a log line (Hypercorn's access log is
 off; refusals say why without echoing what was sent).
 """
@@ -51,7 +59,7 @@ import secrets
 from collections.abc import AsyncIterator, Collection, MutableMapping
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import anyio
 import attrs
@@ -71,7 +79,16 @@ from adapters.listener import (
     header_values,
     serve_listener,
 )
-from adapters.mcp._tools import AgentSummary, list_tools, read_call, render_error, render_result
+from adapters.mcp._tools import (
+    ASK_TOOL,
+    AgentSummary,
+    list_tools,
+    read_call,
+    read_question,
+    render_answer,
+    render_error,
+    render_result,
+)
 from engine import (
     AmbiguousCorrelation,
     Correlation,
@@ -84,7 +101,7 @@ from engine import (
     Target,
 )
 
-__all__ = ["DelegationEndpoint", "EndpointSettings"]
+__all__ = ["DelegationEndpoint", "EndpointSettings", "Requester", "RequesterError"]
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +143,25 @@ class _SessionIdFilter(logging.Filter):
         if session_ids:
             record.msg, record.args = Redactor(session_ids).text(message), None
         return True
+
+
+class RequesterError(Exception):
+    """`Requester.ask` got no answer: `code` (`no_answer`: the wait limit passed; `unavailable`:
+    there is nobody to ask right now) and a `message` the parent model reads."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class Requester(Protocol):
+    """Whoever sent a run its task, when the host can ask them (see the module docs)."""
+
+    async def ask(self, run: Run, question: str) -> str:
+        """Put `question` to the run's requester and return the answer's text; raise
+        `RequesterError` when there is none. Cancelled when the call is."""
+        ...
 
 
 @attrs.define
@@ -240,10 +276,18 @@ class DelegationEndpoint:
     ```
     """
 
-    def __init__(self, settings: EndpointSettings | None = None, **overrides: Any) -> None:
-        """`overrides` are `EndpointSettings` fields, applied over `settings` (or defaults)."""
+    def __init__(
+        self,
+        settings: EndpointSettings | None = None,
+        *,
+        requester: Requester | None = None,
+        **overrides: Any,
+    ) -> None:
+        """`overrides` are `EndpointSettings` fields, applied over `settings` (or defaults).
+        With a `requester`, every run also gets `ask_requester`."""
         base = settings or EndpointSettings()
         self.settings = attrs.evolve(base, **overrides) if overrides else base
+        self.requester = requester
         self._slots: dict[str, _RunSlot] = {}
         self._base_url: str | None = None
         self._server: Server[Any] = Server(
@@ -443,7 +487,8 @@ class DelegationEndpoint:
     async def _list_tools(self, ctx: Any, params: Any) -> types.ListToolsResult:
         slot = self._slot_of(ctx)
         agents = await self._describe(slot.run) if slot is not None else []
-        return types.ListToolsResult(tools=list_tools(agents, self.settings.shortcuts))
+        tools = list_tools(agents, self.settings.shortcuts, ask=self.requester is not None)
+        return types.ListToolsResult(tools=tools)
 
     async def _describe(self, run: Run) -> list[AgentSummary]:
         """Each registered agent's description and skills: the host's words first, else what
@@ -497,6 +542,8 @@ class DelegationEndpoint:
                 tool=params.name,
             )
         run = slot.run
+        if params.name == ASK_TOOL and self.requester is not None:
+            return await self._ask(ctx, run, self.requester, params.arguments)
         try:
             call = read_call(
                 params.name, params.arguments, params.meta, shortcuts=self.settings.shortcuts
@@ -559,6 +606,44 @@ class DelegationEndpoint:
             return render_result(result)
         finally:
             self.calls_in_flight -= 1
+
+    async def _ask(
+        self, ctx: Any, run: Run, requester: Requester, arguments: Any
+    ) -> types.CallToolResult:
+        """One `ask_requester` call: the requester's answer, with heartbeats while it waits."""
+        try:
+            question = read_question(arguments)
+        except DelegationError as error:
+            return render_error(error, tool=ASK_TOOL)
+        calls: list[trio.CancelScope] = ctx.request.scope.get(_SCOPE_CALLS, [])
+        self.calls_in_flight += 1
+        result = _no_answer(RequesterError("cancelled", "The caller's connection was dropped."))
+        try:
+            with trio.CancelScope() as call_scope:
+                calls.append(call_scope)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._heartbeat, ctx, "waiting for the requester's answer")
+                    try:
+                        result = render_answer(await requester.ask(run, question))
+                    except RequesterError as exc:
+                        result = _no_answer(exc)
+                    nursery.cancel_scope.cancel()
+            # The call is over (whatever happened): the wrapper must not count it as dropped.
+            calls.remove(call_scope)
+            return result
+        finally:
+            self.calls_in_flight -= 1
+
+    async def _heartbeat(self, ctx: Any, message: str) -> None:
+        """A progress notification every `heartbeat_interval` until cancelled."""
+        sent = 0.0
+        try:
+            while True:
+                await trio.sleep(self.settings.heartbeat_interval)
+                sent += 1
+                await ctx.session.report_progress(sent, None, message)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            log.debug("ask_requester heartbeats stopped: the client is gone (%r)", exc)
 
     async def _report_progress(self, ctx: Any, run: Run, delegation_id: str, after: int) -> None:
         settings = self.settings
@@ -639,6 +724,18 @@ class _ProgressSummary:
         if self.tool_calls:
             parts.append(f"{self.tool_calls} tool call{'s' if self.tool_calls != 1 else ''}")
         return ", ".join(parts)
+
+
+def _no_answer(error: RequesterError) -> types.CallToolResult:
+    """The error result of an `ask_requester` call that got no answer."""
+    return types.CallToolResult(
+        content=[types.TextContent(text=f"{ASK_TOOL}: no answer ({error.code}): {error.message}")],
+        structured_content={
+            "status": "failed",
+            "error": {"code": error.code, "message": error.message},
+        },
+        is_error=True,
+    )
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:

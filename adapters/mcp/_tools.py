@@ -8,6 +8,11 @@ or a typed refusal, and the rendering of a `DelegationResult` as the tool result
 model sees: the structured result as `structuredContent` plus a short text rendering, `isError`
 for anything but a completed delegation.
 
+`ask_requester` is the one tool that is not a delegation: a run whose host can reach whoever sent
+it its task (`subagent-engine a2a-serve`: the A2A client) offers it, so the parent model can ask
+that sender a question and get its answer as the tool's result (`ask_requester_tool`,
+`read_question`, `render_answer`). Without such a host it is not listed, and a call is refused.
+
 Arguments are validated by the engine's `parse_tool_input` (the one validator of the tool
 contract, also fuzzed), so an unknown field, an `endpoint_url`, an oversized body or an out of
 range bound is refused before any outbound request, with the field it concerns.
@@ -41,18 +46,27 @@ from engine import (
 )
 
 __all__ = [
+    "ASK_TOOL",
     "GENERIC_TOOL",
+    "MAX_QUESTION_CHARS",
     "AgentSummary",
     "ToolCall",
     "list_tools",
     "parent_tool_call_id",
+    "ask_requester_tool",
     "read_call",
+    "read_question",
+    "render_answer",
     "render_error",
     "render_result",
     "shortcut_tool_name",
 ]
 
 GENERIC_TOOL: Final = "delegate_to_agent"
+#: The tool that asks whoever sent the run its task (offered only when a host can reach them).
+ASK_TOOL: Final = "ask_requester"
+#: The longest question `ask_requester` takes (a question, not a document).
+MAX_QUESTION_CHARS: Final = 8000
 SHORTCUT_PREFIX: Final = "delegate_to_"
 #: `_meta` keys that carry the parent's own tool-call id, in order of preference.
 TOOL_CALL_ID_META_KEYS: Final = ("claudecode/toolUseId", "callId")
@@ -134,9 +148,12 @@ def _shortcut_schema() -> dict[str, Any]:
     return schema
 
 
-def list_tools(agents: Iterable[AgentSummary], shortcuts: Collection[str] = ()) -> list[types.Tool]:
+def list_tools(
+    agents: Iterable[AgentSummary], shortcuts: Collection[str] = (), *, ask: bool = False
+) -> list[types.Tool]:
     """The tools of one run's endpoint: `delegate_to_agent` (its `agent` limited to the
-    registered keys), then one `delegate_to_<key>` per registered agent named in `shortcuts`."""
+    registered keys), then one `delegate_to_<key>` per registered agent named in `shortcuts`,
+    then `ask_requester` if `ask`."""
     agents = list(agents)
     tools = [
         types.Tool(
@@ -165,7 +182,68 @@ def list_tools(agents: Iterable[AgentSummary], shortcuts: Collection[str] = ()) 
                 ),
             )
         )
+    if ask:
+        tools.append(ask_requester_tool())
     return tools
+
+
+def ask_requester_tool() -> types.Tool:
+    """The `ask_requester` tool: one string argument, the question."""
+    return types.Tool(
+        name=ASK_TOOL,
+        description=(
+            "Ask the agent that sent you this task a question (missing information, a choice "
+            "only they can make, a confirmation) and wait for its answer, which is this tool's "
+            "result. Blocks until it answers or a time limit passes (then the result is an "
+            "error: go on without the answer or end saying what you need). Ask only what you "
+            "cannot find out yourself; one question per call."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "question": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": MAX_QUESTION_CHARS,
+                    "description": "The question, complete in itself: the sender sees only it.",
+                }
+            },
+            "required": ["question"],
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(
+            title="Ask the requester", read_only_hint=False, open_world_hint=True
+        ),
+    )
+
+
+def read_question(arguments: Mapping[str, Any] | None) -> str:
+    """The question of one `ask_requester` call. Raises `DelegationError` (`invalid_input`,
+    with `metadata.field`) for anything but `{"question": <non-blank text up to
+    MAX_QUESTION_CHARS>}`."""
+    if not isinstance(arguments, Mapping):
+        raise _invalid("The tool arguments must be a JSON object.")
+    unknown = sorted(str(key)[:40] for key in arguments if key != "question")
+    if unknown:
+        raise _invalid(f"{ASK_TOOL} takes only 'question' (got {unknown[0]!r}).", unknown[0])
+    question = arguments.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise _invalid(f"{ASK_TOOL} needs 'question': the text to ask.", "question")
+    if len(question) > MAX_QUESTION_CHARS:
+        raise _invalid(
+            f"The question is over {MAX_QUESTION_CHARS} characters; ask something shorter.",
+            "question",
+        )
+    return question
+
+
+def render_answer(answer: str) -> types.CallToolResult:
+    """The tool result of an answered `ask_requester`: the answer's text, as the model reads it."""
+    return types.CallToolResult(
+        content=[types.TextContent(text=answer)],
+        structured_content={"status": "answered", "answer": answer},
+        is_error=False,
+    )
 
 
 def parent_tool_call_id(meta: Mapping[str, Any] | None) -> str | None:

@@ -44,6 +44,7 @@ from adapters.parents._process import (
 from adapters.parents._scripted import (
     DEFAULT_SCRIPT,
     Answer,
+    Ask,
     Delegate,
     Say,
     ScriptedParent,
@@ -61,6 +62,7 @@ __all__ = [
     "SCRIPTED",
     "TOKEN_ENV",
     "Answer",
+    "Ask",
     "ClaudeCodeConfig",
     "ClaudeCodeParent",
     "ClaudeStreamParser",

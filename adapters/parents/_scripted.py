@@ -2,10 +2,12 @@
 
 It follows a small script of steps: say text, think, call `delegate_to_agent` (one call or
 several at once) through the run's real MCP endpoint with the official `mcp` client, and answer
-with what the delegations returned. Every step is published to the run as the parent's own
-events (text, reasoning, tool call start/args/end/result), exactly as a CLI parent's adapter
-would publish them, and each tool call passes its id in `_meta` (`callId`, as Codex does), so the
-delegation's events carry the parent tool-call id (strong correlation).
+with what the delegations returned; or ask whoever sent the run its task a question
+(`ask_requester`, offered when the run's host can reach them) and answer with their reply.
+Every step is published to the run as the parent's own events (text, reasoning, tool call
+start/args/end/result), exactly as a CLI parent's adapter would publish them, and each tool
+call passes its id in `_meta` (`callId`, as Codex does), so the delegation's events carry the
+parent tool-call id (strong correlation).
 
 The model-free parent is what `subagent-engine serve` and `./dev run` use when no model is
 configured, so the whole path (parent -> MCP -> engine -> remote -> journal -> viewers) runs on
@@ -22,11 +24,11 @@ from typing import Any
 import attrs
 import trio
 
-from adapters.mcp import connect
+from adapters.mcp import ASK_TOOL, connect
 from adapters.parents._kinds import SCRIPTED
 from engine import Kind, Run
 
-__all__ = ["DEFAULT_SCRIPT", "Answer", "Delegate", "Say", "ScriptedParent", "Think"]
+__all__ = ["DEFAULT_SCRIPT", "Answer", "Ask", "Delegate", "Say", "ScriptedParent", "Think"]
 
 
 @attrs.frozen
@@ -55,13 +57,22 @@ class Delegate:
 
 
 @attrs.frozen
+class Ask:
+    """Call `ask_requester` with `question`, then say `reply` with `{answer}` replaced by the
+    answer (or, when none came, by what the tool said instead)."""
+
+    question: str
+    reply: str = "You answered: {answer}"
+
+
+@attrs.frozen
 class Answer:
     """The closing message: `intro` then one line per delegation result of the run so far."""
 
     intro: str = "Here is what the specialists found:"
 
 
-Step = Say | Think | Delegate | Answer
+Step = Say | Think | Delegate | Ask | Answer
 
 DEFAULT_SCRIPT: tuple[Step, ...] = (
     Say(("You asked: ", "{prompt}", ". I'll ask two specialists ", "at the same time.")),
@@ -86,12 +97,13 @@ class ScriptedParent:
     async def run(self, run: Run, prompt: str) -> list[dict[str, Any]]:
         """Play the script in `run`; returns the structured results of its tool calls.
 
-        Only a script with a `Delegate` step needs the run's MCP endpoint (and connects to it).
+        Only a script with a `Delegate` or `Ask` step needs the run's MCP endpoint (and connects
+        to it).
         """
-        delegates = any(isinstance(step, Delegate) for step in self.script)
+        delegates = any(isinstance(step, Delegate | Ask) for step in self.script)
         if delegates and run.endpoint is None:
             raise RuntimeError(
-                "the scripted parent calls delegate_to_agent over MCP: open the run on an Engine "
+                "the scripted parent calls its tools over MCP: open the run on an Engine "
                 "with an endpoint provider (adapters.mcp.DelegationEndpoint)"
             )
         ids = itertools.count(1)
@@ -109,6 +121,14 @@ class ScriptedParent:
                     )
                 elif isinstance(step, Delegate):
                     results.extend(await _delegate(run, session, step, prompt, ids))
+                elif isinstance(step, Ask):
+                    said = await _ask(run, session, step, prompt, f"call-{next(ids)}")
+                    text = step.reply.replace("{prompt}", prompt).replace("{answer}", said)
+                    # "{prompt}" stays as it is: the answer is the requester's text, not a template.
+                    reply = Say((text,))
+                    await _message(
+                        run, f"msg-{next(ids)}", Kind.PARENT_TEXT_START, reply, "{prompt}"
+                    )
                 else:
                     answer = Say((_answer(step, results),))
                     await _message(run, f"msg-{next(ids)}", Kind.PARENT_TEXT_START, answer, "")
@@ -173,3 +193,18 @@ async def _delegate(
         for call_id, arguments in calls:
             nursery.start_soon(call, call_id, arguments)
     return [results[call_id] for call_id, _ in calls]
+
+
+async def _ask(run: Run, session: Any, step: Ask, prompt: str, call_id: str) -> str:
+    """Ask the question through `ask_requester`; the answer, or what the tool said instead."""
+    arguments = {"question": step.question.replace("{prompt}", prompt)}
+    await run.emit(Kind.PARENT_TOOL_CALL_START, tool_call_id=call_id, tool_name=ASK_TOOL)
+    await run.emit(Kind.PARENT_TOOL_CALL_ARGS, tool_call_id=call_id, args=arguments)
+    await run.emit(Kind.PARENT_TOOL_CALL_END, tool_call_id=call_id)
+    result = await session.call_tool(ASK_TOOL, arguments, meta={"callId": call_id})
+    text = " ".join(getattr(block, "text", "") for block in result.content)
+    structured = result.structured_content
+    if not isinstance(structured, dict):
+        structured = {"status": "failed" if result.is_error else "answered", "text": text}
+    await run.emit(Kind.PARENT_TOOL_CALL_RESULT, tool_call_id=call_id, result=structured)
+    return text
