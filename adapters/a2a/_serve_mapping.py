@@ -43,6 +43,11 @@ returns the updates to publish, in order. Which events become what, and why:
 - Everything else (`custom`, the run's own delegations' `subagent.*` events, `stream.dropped`)
   -> nothing: they are the parent's internals, not its answer.
 
+A question the parent asks whoever sent the task (`ask_requester`, see `adapters.a2a.serving`)
+is not a journal event this mapper reads: the server calls `interrupt(question)` (an
+`input-required` status whose message is the question, metadata kind `question`) and, when the
+answer came or the wait ended, `resume(note)` (`working` again).
+
 Exactly one terminal status is written, and nothing after it: `conclude(state, reason)` ends the
 task when the run cannot (its thread died, a cancel that was not confirmed in time) and is a no-op
 once the task ended. Texts that go into a status message are cut to `MAX_STATUS_TEXT_CHARS`;
@@ -211,6 +216,22 @@ class ParentTaskMapper:
         out.append(self._status(_TERMINAL_STATES[state], text))
         self.terminal_state = state
         return out
+
+    def interrupt(self, question: str) -> list[A2AUpdate]:
+        """The task turns `input-required`, asking `question` (the parent asked whoever sent
+        the task): open reasoning and text are written first; nothing once `done`."""
+        if self.done:
+            return []
+        out: list[A2AUpdate] = []
+        for message_id in list(self._reasoning):
+            self._flush_reasoning(message_id, out)
+        self._flush_text(out)
+        out.append(self._status(TaskState.TASK_STATE_INPUT_REQUIRED, question, kind="question"))
+        return out
+
+    def resume(self, note: str | None = None) -> list[A2AUpdate]:
+        """The task is `working` again (answered, or its wait ended: `note` says so)."""
+        return [] if self.done else [self._status(TaskState.TASK_STATE_WORKING, note)]
 
     # -- one event ----------------------------------------------------------------------
 

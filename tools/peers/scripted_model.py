@@ -30,6 +30,10 @@ Every reply is computed from the request alone (the server keeps no conversation
   ``summary`` field when it is JSON, else the whole text), one line per result.
 - Otherwise a short plain text (``Scripted reply.``): what the CLIs' side requests get.
 
+With an ``ASK:`` directive the tool is ``ask_requester`` instead (a tool whose name contains
+it): one call with ``{"question": <the directive's text>}``, then a final text that quotes its
+result as ``Requester said: <answer>`` (the ``answer`` field when the result is JSON).
+
 Directives are lines of the user prompt (the first user message text that is not a wrapped
 ``<...>`` context block the CLI added):
 
@@ -40,6 +44,7 @@ Directives are lines of the user prompt (the first user message text that is not
   a reasoning item with a summary (OpenAI).
 - ``SAY: <text>`` the text said before each tool call (default ``Delegating to <agent>.``).
 - ``FINAL: <text>`` a line put before the quoted results in the final text.
+- ``ASK: <question>`` ask the requester instead of delegating (see above).
 - ``MODEL_ERROR: <http status>`` every model request fails with that status and an error body
   in the API's own shape (use a 4xx: the CLIs retry 5xx for a long while).
 
@@ -77,10 +82,11 @@ from tools.peers.children import announce_ready
 log = logging.getLogger("scripted_model")
 
 DELEGATE_TOOL = "delegate_to_agent"
+ASK_TOOL = "ask_requester"
 DEFAULT_AGENT = "research"
 PLAIN_REPLY = "Scripted reply."
 _CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "proxy-authorization"})
-_DIRECTIVE = re.compile(r"^[ \t]*(DELEGATE|THINK|SAY|FINAL|MODEL_ERROR):[ \t]*(.*)$", re.M)
+_DIRECTIVE = re.compile(r"^[ \t]*(DELEGATE|THINK|SAY|FINAL|ASK|MODEL_ERROR):[ \t]*(.*)$", re.M)
 
 
 # --- what the prompt asks for (sans-IO) ----------------------------------------------------------
@@ -95,7 +101,13 @@ class Script:
     think: str | None = None
     say: str | None = None
     final: str | None = None
+    ask: str | None = None
     model_error: int | None = None
+
+    @property
+    def tool(self) -> str:
+        """What the name of the tool this script calls contains."""
+        return ASK_TOOL if self.ask is not None else DELEGATE_TOOL
 
 
 def read_script(prompt: str) -> Script:
@@ -115,10 +127,14 @@ def read_script(prompt: str) -> Script:
             script.say = value
         elif name == "FINAL":
             script.final = value
+        elif name == "ASK":
+            script.ask = value
         elif name == "MODEL_ERROR":
             script.model_error = int(value)
     script.prompt = _DIRECTIVE.sub("", prompt).strip()
-    if not script.calls:
+    if script.ask is not None:
+        script.calls = [{"question": script.ask}]
+    elif not script.calls:
         script.calls.append({"agent": DEFAULT_AGENT, "objective": script.prompt or "no prompt"})
     return script
 
@@ -153,9 +169,25 @@ def quote_result(text: str) -> str:
     return text.strip()
 
 
+def quote_answer(text: str) -> str:
+    """What the final answer quotes of an `ask_requester` result: the answer itself."""
+    start = text.find("{")
+    try:
+        document, _ = json.JSONDecoder().raw_decode(text, start) if start >= 0 else (None, 0)
+    except ValueError:
+        document = None
+    if isinstance(document, dict) and isinstance(document.get("answer"), str):
+        return str(document["answer"])
+    _, marker, output = text.partition("Output:\n")  # Codex's prefix
+    return (output if marker else text).strip()
+
+
 def final_text(script: Script, results: list[str]) -> str:
     lines = [script.final] if script.final else []
-    lines += [f"Delegation result: {quote_result(result)}" for result in results]
+    if script.ask is not None:
+        lines += [f"Requester said: {quote_answer(result)}" for result in results]
+    else:
+        lines += [f"Delegation result: {quote_result(result)}" for result in results]
     return "\n".join(lines) or PLAIN_REPLY
 
 
@@ -195,9 +227,10 @@ def plan_turn(
         return Turn(text=final_text(script, results))
     arguments = script.calls[len(results)]
     agent = arguments.get("agent", "the agent")
+    said = "Asking the requester." if script.ask is not None else f"Delegating to {agent}."
     return Turn(
         thinking=think,
-        text=script.say or f"Delegating to {agent}.",
+        text=script.say or said,
         tool_name=tool[0],
         namespace=tool[1],
         arguments=arguments,
@@ -240,7 +273,7 @@ def anthropic_turn(body: dict[str, Any]) -> tuple[Script, Turn]:
         (
             (str(t["name"]), None)
             for t in body.get("tools") or []
-            if isinstance(t, dict) and DELEGATE_TOOL in str(t.get("name", ""))
+            if isinstance(t, dict) and script.tool in str(t.get("name", ""))
         ),
         None,
     )
@@ -251,7 +284,7 @@ def anthropic_turn(body: dict[str, Any]) -> tuple[Script, Turn]:
         for block in message["content"]
         if isinstance(block, dict)
         and block.get("type") == "tool_use"
-        and DELEGATE_TOOL in str(block.get("name", ""))
+        and script.tool in str(block.get("name", ""))
     }
     results = [
         _tool_result_text(block.get("content"))
@@ -363,19 +396,23 @@ def anthropic_events(body: dict[str, Any], turn: Turn) -> Iterator[tuple[str, di
 # --- OpenAI Responses ----------------------------------------------------------------------------
 
 
-def _find_openai_tool(tools: Any, namespace: str | None = None) -> tuple[str, str | None] | None:
-    """The delegate tool's (name, namespace), looking inside namespace entries too."""
+def _find_openai_tool(
+    tools: Any, namespace: str | None = None, word: str = DELEGATE_TOOL
+) -> tuple[str, str | None] | None:
+    """The (name, namespace) of the tool whose name contains `word` (the delegate tool),
+    looking inside namespace entries too."""
     for tool in tools or []:
         if not isinstance(tool, dict):
             continue
         nested = tool.get("tools")
         if isinstance(nested, list):
-            found = _find_openai_tool(nested, str(tool.get("name") or tool.get("namespace") or ""))
+            space = str(tool.get("name") or tool.get("namespace") or "")
+            found = _find_openai_tool(nested, space, word)
             if found is not None:
                 return found
             continue
         name = str(tool.get("name", ""))
-        if DELEGATE_TOOL in name:
+        if word in name:
             return name, tool.get("namespace") or namespace
     return None
 
@@ -409,13 +446,13 @@ def openai_turn(body: dict[str, Any]) -> tuple[Script, Turn]:
     items = body.get("input")
     items = [{"role": "user", "content": items}] if isinstance(items, str) else items or []
     script = read_script(_first_prompt(_openai_texts(items)))
-    tool = _find_openai_tool(body.get("tools"))
+    tool = _find_openai_tool(body.get("tools"), word=script.tool)
     delegate_ids = {
         item.get("call_id")
         for item in items
         if isinstance(item, dict)
         and item.get("type") == "function_call"
-        and DELEGATE_TOOL in str(item.get("name", ""))
+        and script.tool in str(item.get("name", ""))
     }
     results = [
         _openai_output_text(item.get("output"))
