@@ -96,7 +96,8 @@ def _parser() -> argparse.ArgumentParser:
         "--parent",
         metavar="KIND",
         help="the parent agent to serve: scripted, claude-code (or claude), codex (default: the "
-        "config's [parent] kind, else scripted)",
+        "config's [parent] kind, else scripted); or conformance: no parent, the A2A conformance "
+        "suite's scripted agent (messageId prefixes; ./dev tck)",
     )
     a2a_serve.add_argument(
         "--config",

@@ -9,6 +9,9 @@ token check, and the parent and engine each task gets. The A2A server itself is
     READY 8100
     card: http://127.0.0.1:8100/.well-known/agent-card.json
 
+`--parent conformance` serves no parent but the A2A conformance suite's scripted agent
+(`adapters.a2a.conformance`) through the same server, for `./dev tck` (tools/conformance).
+
 Who may call. It listens on 127.0.0.1 unless told otherwise. With `--token-env NAME` (at least
 `MIN_HOST_TOKEN_CHARS` characters) every call but the card's and /healthz needs
 `Authorization: Bearer $NAME`; an address beyond loopback without one is refused at start (exit
@@ -29,6 +32,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import attrs
 
+from adapters.a2a.conformance import CONFORMANCE, conformance_agent
 from adapters.a2a.serving import Listening, ServedParent, serve
 from adapters.listener import is_loopback
 from adapters.parents import (
@@ -171,6 +175,21 @@ def a2a_serve_main(
     if problem is not None:
         print(f"subagent-engine a2a-serve: {problem}", file=sys.stderr)
         return 2
+    listening = Listening(
+        host=host,
+        port=port if port is not None else 0,
+        public_url=public_url,
+        watch_stdin=watch_stdin,
+        token=token,
+    )
+    if parent == CONFORMANCE:
+        try:
+            import uvicorn
+        except ImportError as exc:
+            print(f"subagent-engine a2a-serve needs uvicorn: {exc}", file=sys.stderr)
+            return 2
+        listening = attrs.evolve(listening, allowed_hosts=config.server.allowed_hosts)
+        return _serve_until_stopped(conformance_agent(listening, name=name), out)
     try:
         options = A2AServeOptions(  # ValueError for an unknown parent kind
             parent=parent or config.parent.kind,
@@ -181,13 +200,7 @@ def a2a_serve_main(
             script=script,
             binary=binary,
             cancel_grace=cancel_grace,
-            listening=Listening(
-                host=host,
-                port=port if port is not None else 0,
-                public_url=public_url,
-                watch_stdin=watch_stdin,
-                token=token,
-            ),
+            listening=listening,
         )
         if options.script not in SCRIPTS:
             raise ValueError(f"unknown script {options.script!r}; use one of {tuple(SCRIPTS)}")
@@ -204,12 +217,16 @@ def a2a_serve_main(
     except ValueError as exc:
         print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
         return 2
+    return _serve_until_stopped(options.served(), out)
+
+
+def _serve_until_stopped(served: ServedParent, out: TextIO | None) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     # uvicorn re-raises the SIGTERM/SIGINT it stopped on once it has shut down; with these
     # handlers in place that ends in a clean exit 0 rather than death by the signal.
     previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        asyncio.run(serve(options.served(), out or sys.stdout))
+        asyncio.run(serve(served, out or sys.stdout))
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -600,6 +600,96 @@ class ParentAgentExecutor(ServedExecutor):
 # -- the server ---------------------------------------------------------------------------------
 
 
+#: AIP-193 `status` names (google.rpc.Code) of the HTTP statuses a2a-serve refuses with.
+_RPC_STATUS: Final = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    408: "DEADLINE_EXCEEDED",
+    413: "INVALID_ARGUMENT",
+    405: "UNIMPLEMENTED",
+    415: "INVALID_ARGUMENT",
+    421: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+    503: "UNAVAILABLE",
+}
+#: JSON-RPC 2.0 error codes: a body that is not one JSON document is a parse error (-32700); a
+#: body that is not JSON by its Content-Type is A2A's ContentTypeNotSupportedError (-32005);
+#: anything else refused before the request is read is an invalid request (-32600).
+_PARSE_ERRORS: Final = frozenset({"bad_json", "too_deep"})
+_JSONRPC_PARSE_ERROR: Final = -32700
+_JSONRPC_INVALID_REQUEST: Final = -32600
+_JSONRPC_CONTENT_TYPE: Final = -32005
+#: The ErrorInfo domain of a2a-serve's own refusals; A2A's own reasons use the spec's.
+_OWN_DOMAIN: Final = "subagent-engine"
+_A2A_DOMAIN: Final = "a2a-protocol.org"
+
+
+def a2a_refusal(path: str, refusal: Refusal) -> Refusal:
+    """`refusal` in the error shape of the A2A binding that serves `path`: a JSON-RPC error
+    response under `JSONRPC_PATH`, an AIP-193 error (the HTTP+JSON binding's) under
+    `REST_PATH`, as it is elsewhere. The HTTP status and headers stay; either error carries a
+    `google.rpc.ErrorInfo` whose reason is the refusal's code in upper case (A2A 1.0's error
+    details)."""
+    content_type = refusal.status == 415
+    reason = "CONTENT_TYPE_NOT_SUPPORTED" if content_type else refusal.error.upper()
+    info: dict[str, Any] = {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": _A2A_DOMAIN if content_type else _OWN_DOMAIN,
+        "metadata": {},
+    }
+    if path.startswith(JSONRPC_PATH):
+        if content_type:
+            code = _JSONRPC_CONTENT_TYPE
+        elif refusal.error in _PARSE_ERRORS:
+            code = _JSONRPC_PARSE_ERROR
+        else:
+            code = _JSONRPC_INVALID_REQUEST
+        error = {"code": code, "message": refusal.message, "data": [info]}
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": None, "error": error}
+    elif path.startswith(REST_PATH):
+        status = _RPC_STATUS.get(refusal.status, "UNKNOWN")
+        error = {"code": refusal.status, "status": status, "message": refusal.message}
+        body = {"error": {**error, "details": [info]}}
+    else:
+        return refusal
+    return _ShapedRefusal(refusal, json.dumps(body).encode())
+
+
+class _ShapedRefusal(Refusal):
+    """A refusal whose body is already written."""
+
+    def __init__(self, refusal: Refusal, body: bytes) -> None:
+        super().__init__(refusal.status, refusal.error, refusal.message, refusal.headers)
+        self._body = body
+
+    def body(self) -> bytes:
+        return self._body
+
+
+async def _send_a2a_refusal(scope: Any, send: Any, refusal: Refusal) -> None:
+    await send_refusal(scope, send, a2a_refusal(scope.get("path", ""), refusal))
+
+
+class _A2AGuard:
+    """`RequestGuard`, its refusals in the A2A bindings' error shapes (`a2a_refusal`)."""
+
+    def __init__(self, guard: RequestGuard) -> None:
+        self.guard = guard
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            try:
+                self.guard.check(scope)
+            except Refusal as refusal:
+                self.guard.refused += 1
+                await _send_a2a_refusal(scope, send, refusal)
+                return
+        await self.guard(scope, receive, send)
+
+
 class _BearerAuth:
     """Every HTTP request but the card's and /healthz must carry the bearer token: read by the
     one parser of every listener (`bearer_token`: the scheme in any case, a repeated header
@@ -622,7 +712,7 @@ class _BearerAuth:
                     realm="subagent-engine a2a-serve",
                 )
             except Refusal as refusal:
-                await send_refusal(scope, send, refusal)
+                await _send_a2a_refusal(scope, send, refusal)
                 return
         await self.app(scope, receive, send)
 
@@ -751,7 +841,7 @@ class _BoundedJsonBody:
             if body and scope["method"] in BODY_METHODS:
                 document = parse_json_body(body)
         except Refusal as refusal:
-            await send_refusal(scope, send, refusal)
+            await _send_a2a_refusal(scope, send, refusal)
             return
         if body is None:
             return  # the client left before its body ended: nobody to answer
@@ -902,7 +992,7 @@ def build_app(
         allowed_origins=(),
         websockets=False,
     )
-    return guarded, card
+    return _A2AGuard(guarded), card
 
 
 async def serve(options: ServedParent, out: TextIO) -> None:

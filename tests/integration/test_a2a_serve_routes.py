@@ -60,3 +60,45 @@ def test_rest_answers_with_and_without_a_trailing_slash(agent: ServedAgent, suff
     listed = httpx.get(f"{agent.base_url}/a2a/rest/tasks{suffix}", headers=A2A_HEADERS)
     assert listed.status_code == 200, listed.text
     assert "tasks" in listed.json()
+
+
+def test_a_json_rpc_refusal_is_a_json_rpc_error(agent: ServedAgent) -> None:
+    url = f"{agent.base_url}/a2a/jsonrpc"
+    not_json = httpx.post(url, content=b"{'a': 1}", headers={**A2A_HEADERS})
+    assert not_json.status_code == 400
+    body = not_json.json()
+    assert body["jsonrpc"] == "2.0" and body["id"] is None
+    assert body["error"]["code"] == -32700  # parse error
+    assert body["error"]["data"][0]["reason"] == "BAD_JSON"
+    assert body["error"]["data"][0]["@type"] == "type.googleapis.com/google.rpc.ErrorInfo"
+    plain = httpx.post(url, content=b"{}", headers={**A2A_HEADERS, "Content-Type": "text/plain"})
+    assert plain.status_code == 415
+    error = plain.json()["error"]
+    assert error["code"] == -32005  # ContentTypeNotSupportedError
+    assert error["data"][0] == {
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": "CONTENT_TYPE_NOT_SUPPORTED",
+        "domain": "a2a-protocol.org",
+        "metadata": {},
+    }
+    foreign = httpx.post(url, json={}, headers={**A2A_HEADERS, "Host": "evil.example"})
+    assert foreign.status_code == 421  # Misdirected Request
+    assert foreign.json()["error"]["code"] == -32600  # invalid request
+
+
+def test_a_rest_refusal_is_an_aip_193_error(agent: ServedAgent) -> None:
+    url = f"{agent.base_url}/a2a/rest/message:send"
+    plain = httpx.post(url, content=b"{}", headers={**A2A_HEADERS, "Content-Type": "text/plain"})
+    assert plain.status_code == 415
+    error = plain.json()["error"]
+    assert (error["code"], error["status"]) == (415, "INVALID_ARGUMENT")
+    assert error["details"][0]["reason"] == "CONTENT_TYPE_NOT_SUPPORTED"
+    bad = httpx.post(url, content=b"[", headers=A2A_HEADERS)
+    assert bad.status_code == 400
+    assert bad.json()["error"]["details"][0]["reason"] == "BAD_JSON"
+
+
+def test_other_paths_keep_the_listener_s_refusal(agent: ServedAgent) -> None:
+    response = httpx.get(agent.card_url, headers={"Host": "evil.example"})
+    assert response.status_code == 421
+    assert isinstance(response.json()["error"], str)
