@@ -121,10 +121,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     a2a_serve.add_argument(
         "--script",
-        choices=("reply", "slow", "research", "review"),
+        choices=("reply", "slow", "ask", "research", "review"),
         default="reply",
-        help="the scripted parent's script (reply: a short answer; slow: ~15 s of text; "
-        "research, review: the demo's remotes)",
+        help="the scripted parent's script (reply: a short answer; slow: ~15 s of text; ask: "
+        "asks the sender one question (input-required) and answers with the reply; research, "
+        "review: the demo's remotes)",
     )
     a2a_serve.add_argument("--binary", help="the CLI binary of a claude-code or codex parent")
     a2a_serve.add_argument("--public-url", help="the base URL the card advertises (proxies)")
@@ -134,6 +135,14 @@ def _parser() -> argparse.ArgumentParser:
         default=4.0,
         metavar="SECONDS",
         help="how long CancelTask waits for the parent to stop before it answers canceled",
+    )
+    a2a_serve.add_argument(
+        "--ask-timeout",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="how long the served parent's ask_requester question waits for its answer (the "
+        "follow-up message on the input-required task) before it goes on without one",
     )
     a2a_serve.add_argument(
         "--token-env",
@@ -177,6 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             binary=args.binary,
             public_url=args.public_url,
             cancel_grace=args.cancel_grace,
+            ask_timeout=args.ask_timeout,
             watch_stdin=args.watch_stdin,
             token_env=args.token_env,
         )

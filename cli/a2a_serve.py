@@ -39,6 +39,7 @@ from adapters.parents import (
     CLAUDE_CODE,
     CODEX,
     SCRIPTED,
+    Ask,
     Delegate,
     ScriptedParent,
     parent_kind,
@@ -48,6 +49,7 @@ from engine import Engine
 from web.config import ConfigError, HostConfig, load_config, parse_config, weak_token
 
 if TYPE_CHECKING:
+    from adapters.mcp import Requester
     from adapters.parents import ParentAgent
 
 __all__ = ["A2AServeOptions", "a2a_serve_main", "open_engine", "parent_factory", "serve"]
@@ -69,6 +71,8 @@ class A2AServeOptions:
     #: The CLI binary (a path or a name on PATH); None: the adapter's default.
     binary: str | None = None
     cancel_grace: float = 4.0
+    #: How long one `ask_requester` question waits for its answer (the follow-up message).
+    ask_timeout: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
     #: Where it listens and who may call (`[server] allowed_hosts` is added from `config`).
     listening: Listening = attrs.field(factory=lambda: Listening())
 
@@ -97,6 +101,7 @@ class A2AServeOptions:
             open_engine=partial(open_engine, self),
             skills=self.skills,
             cancel_grace=self.cancel_grace,
+            ask_timeout=self.ask_timeout,
             listening=attrs.evolve(
                 self.listening,
                 allowed_hosts=(*self.listening.allowed_hosts, *self.config.server.allowed_hosts),
@@ -106,10 +111,10 @@ class A2AServeOptions:
     @property
     def needs_endpoint(self) -> bool:
         """Whether each run needs its MCP endpoint: a CLI parent is always configured with one,
-        the scripted parent only for a script that delegates."""
+        the scripted parent only for a script that delegates or asks."""
         if self.parent != SCRIPTED:
             return True
-        return any(isinstance(step, Delegate) for step in SCRIPTS[self.script])
+        return any(isinstance(step, Delegate | Ask) for step in SCRIPTS[self.script])
 
 
 def parent_factory(options: A2AServeOptions) -> Callable[[], ParentAgent]:
@@ -127,9 +132,10 @@ def parent_factory(options: A2AServeOptions) -> Callable[[], ParentAgent]:
 
 
 @asynccontextmanager
-async def open_engine(options: A2AServeOptions) -> AsyncIterator[Engine]:
+async def open_engine(options: A2AServeOptions, requester: Requester) -> AsyncIterator[Engine]:
     """The task's engine: the host's agents (built in this Trio loop: their HTTP clients belong
-    to it) and, when the parent needs one, its MCP endpoint; all closed on exit."""
+    to it) and, when the parent needs one, its MCP endpoint, which offers `ask_requester` (the
+    task's `requester`: the A2A client, through input-required); all closed on exit."""
     config = options.config
     agents = config.agent_specs() if config.agents else []
     async with AsyncExitStack() as stack:
@@ -137,7 +143,7 @@ async def open_engine(options: A2AServeOptions) -> AsyncIterator[Engine]:
         if options.needs_endpoint or agents:
             from adapters.mcp import DelegationEndpoint
 
-            endpoint = DelegationEndpoint(shortcuts=config.shortcuts)
+            endpoint = DelegationEndpoint(shortcuts=config.shortcuts, requester=requester)
             endpoints = await stack.enter_async_context(endpoint.serve())
         # The engine prepares the agents' targets as it opens and closes them as it exits.
         async with Engine(agents, limits=config.limits, endpoints=endpoints) as eng:
@@ -157,6 +163,7 @@ def a2a_serve_main(
     binary: str | None = None,
     public_url: str | None = None,
     cancel_grace: float = 4.0,
+    ask_timeout: float = 600.0,
     watch_stdin: bool = False,
     token_env: str | None = None,
     out: TextIO | None = None,
@@ -200,6 +207,7 @@ def a2a_serve_main(
             script=script,
             binary=binary,
             cancel_grace=cancel_grace,
+            ask_timeout=ask_timeout,
             listening=listening,
         )
         if options.script not in SCRIPTS:

@@ -55,15 +55,30 @@ run's own delegations are cancelled; the run journals `run.cancelled`, which bec
 `cancel()` waits up to `cancel_grace` seconds for that, so CancelTask answers with the confirmed
 state; a parent that takes longer is marked `canceled` at once and keeps stopping in the background
 (its thread is still tracked, and joined at shutdown). `execute()` returns only after its task's
-Trio thread has ended; if the SDK cancels `execute()` first (the server stops), it cancels the run
-the same way.
+Trio thread has ended, or when the task turns input-required (below); if the SDK cancels
+`execute()` first (the server stops), it cancels the run the same way.
 
 Shutdown (SIGTERM, SIGINT, or stdin closed with `--watch-stdin`): uvicorn stops accepting and gives
 open streams a second, every run still going is cancelled and its thread joined (bounded by
 `SHUTDOWN_TIMEOUT`), and the process exits 0.
 
-One message per task: a parent run takes one prompt. A message sent to an existing task is refused
-with `UnsupportedOperationError`; start a new task (same `contextId` if you like) instead.
+Multi-turn: the served parent may ask whoever sent the task (A2A 1.0 "multi-turn": a task in
+`input-required` takes a message with the same `taskId` and `contextId`). The task's MCP endpoint
+offers the parent `ask_requester(question)` (`adapters.mcp`; `ParentRunThread` is its `Requester`).
+A call journals the question (`QUESTION_EVENT`) and blocks; the task turns `input-required` with
+the question as its status message, and the request that was streaming ends there (`execute()`
+returns; the run goes on waiting on its thread, the relay of its events into the task
+(`ParentAgentExecutor._relay`) keeps running between requests). A follow-up message on the task
+is the answer: its text (cut to `MAX_ANSWER_CHARS`) is the tool's result, the task turns
+`working` again and that request streams the run on to its terminal or its next question. One
+question waits at a time, at most `ServedParent.ask_timeout` seconds (`a2a-serve --ask-timeout`,
+default 600): then the tool tells the parent that no answer came, the task turns `working` again
+with a note saying so (followed by `SubscribeToTask` or `GetTask`) and a late answer is refused.
+CancelTask while the task waits cancels the run as at any other time. A message to a task that
+is not waiting (running, ended, never ours) is refused with `UnsupportedOperationError`, one with
+another task's `contextId` or with no text with `InvalidParamsError`, before it reaches the task
+(`_FollowUpGate`, the request context builder), so the task is left as it was; a follow-up with
+no `contextId` continues the task's own. A message with no `taskId` starts a new task.
 """
 
 from __future__ import annotations
@@ -83,7 +98,12 @@ from urllib.parse import urlsplit
 
 import attrs
 import trio
-from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.agent_execution import (
+    AgentExecutor,
+    RequestContext,
+    RequestContextBuilder,
+    SimpleRequestContextBuilder,
+)
 from a2a.server.events import EventQueue
 from a2a.types import (
     AgentCapabilities,
@@ -102,7 +122,7 @@ from a2a.types import (
     TaskStatus,
     TaskStatusUpdateEvent,
 )
-from a2a.utils.errors import UnsupportedOperationError
+from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 
 from adapters.a2a._serve_mapping import A2AUpdate, ParentTaskMapper
 from adapters.listener import (
@@ -117,7 +137,8 @@ from adapters.listener import (
     send_refusal,
     serve_on_uvicorn,
 )
-from engine import DelegationEvent, Engine, Run
+from adapters.mcp import Requester, RequesterError
+from engine import DelegationEvent, Engine, Kind, Run
 
 if TYPE_CHECKING:
     from adapters.parents import ParentAgent
@@ -153,6 +174,14 @@ REST_PATH: Final = "/a2a/rest"
 CANCEL_REASON: Final = "The A2A task was cancelled (CancelTask)."
 SHUTDOWN_REASON: Final = "The A2A server is shutting down."
 THREAD_PREFIX: Final = "a2a-serve-task"
+#: The run journal's record of a question to the requester (`ask_requester`), its answer, and
+#: a wait that ended without one: the parent's custom events (`name`), the question's id as
+#: `message_id`, the text as `text`.
+QUESTION_EVENT: Final = "requester.question"
+ANSWER_EVENT: Final = "requester.answer"
+NO_ANSWER_EVENT: Final = "requester.no_answer"
+#: The longest answer handed to the parent; a longer follow-up is cut (and says so).
+MAX_ANSWER_CHARS: Final = 64_000
 
 
 @attrs.frozen(kw_only=True)
@@ -169,13 +198,17 @@ class ServedParent:
     #: A new parent adapter per task (CLI adapters keep per-run state).
     make_parent: Callable[[], ParentAgent]
     #: The task's engine, opened on the task's own Trio thread (an agent's HTTP clients belong
-    #: to the loop that made them) and closed when the task ends.
-    open_engine: Callable[[], AbstractAsyncContextManager[Engine]]
+    #: to the loop that made them) and closed when the task ends. It gets the task's
+    #: `Requester` (the A2A client, asked through input-required) for its MCP endpoint.
+    open_engine: Callable[[Requester], AbstractAsyncContextManager[Engine]]
     #: (name, description) per advertised skill; none: one skill named after the agent.
     skills: tuple[tuple[str, str], ...] = ()
     #: How long CancelTask waits for the parent to stop before it answers `canceled`.
     cancel_grace: float = 4.0
     listening: Listening = attrs.field(factory=lambda: Listening())
+    #: How long one `ask_requester` question waits for the follow-up message with its answer
+    #: before the tool tells the parent that none came (and the task goes back to working).
+    ask_timeout: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
     #: What answers the tasks; None: a `ParentAgentExecutor` (one parent run per task, made
     #: with `make_parent` and `open_engine`). Given for the conformance agent.
     make_executor: Callable[[ServedParent], ServedExecutor] | None = None
@@ -195,6 +228,11 @@ class ServedExecutor(AgentExecutor):
 
     @abc.abstractmethod
     async def aclose(self, grace: float = SHUTDOWN_TIMEOUT) -> int: ...
+
+    def request_context_builder(self) -> RequestContextBuilder | None:
+        """What builds each request's context (and may refuse a message before it reaches the
+        task); None: the SDK's own."""
+        return None
 
 
 @attrs.frozen(kw_only=True)
@@ -300,6 +338,11 @@ class ParentRunThread:
     asyncio side stops reading. `ended` is set (on the asyncio loop) when the thread is gone.
     Every call into the Trio thread is `TrioToken.run_sync_soon`: it never blocks the asyncio
     loop; calls made before the Trio loop runs are replayed when it starts.
+
+    It is also the run's `Requester`: `ask(run, question)` (Trio side, from the MCP endpoint's
+    `ask_requester`) journals the question (`QUESTION_EVENT`) and waits, at most `ask_timeout`
+    seconds, for `answer(question_id, text)` (asyncio side, from the follow-up message). One
+    question is open at a time (`open_question`); a later one waits for it to be settled.
     """
 
     def __init__(
@@ -311,8 +354,10 @@ class ParentRunThread:
         prompt: str,
         metadata: dict[str, Any],
         loop: asyncio.AbstractEventLoop,
+        ask_timeout: float = 600.0,
     ) -> None:
         self.name = name
+        self.ask_timeout = ask_timeout
         self._options = options
         self._parent = parent
         self._prompt = prompt
@@ -330,6 +375,12 @@ class ParentRunThread:
         self._in_flight = 0
         self._unlimited = False
         self._credit: trio.Event | None = None
+        self._questions = 0
+        self._ask_lock: trio.Lock | None = None
+        self._answer: tuple[str, trio.Event, list[str]] | None = None
+        self._ask_scope: trio.CancelScope | None = None
+        # Shared (under `_lock`): the id of the question waiting for its answer.
+        self._open_question: str | None = None
 
     # -- asyncio side ---------------------------------------------------------------------
 
@@ -355,6 +406,22 @@ class ParentRunThread:
     def cancel(self, reason: str) -> None:
         """Cancel the run (and so stop the parent); idempotent, first reason wins."""
         self._call_in_trio(self._cancel_in_trio, reason)
+
+    @property
+    def open_question(self) -> str | None:
+        """The id of the question waiting for an answer, if one is."""
+        with self._lock:
+            return self._open_question
+
+    def answer(self, question_id: str, text: str) -> bool:
+        """Answer the open question `question_id`; False if it is no longer open (its wait
+        ended first)."""
+        with self._lock:
+            if self._open_question != question_id:
+                return False
+            self._open_question = None
+        self._call_in_trio(self._answer_in_trio, question_id, text)
+        return True
 
     def release(self, cancel_reason: str | None = None) -> None:
         """The asyncio side stops reading: the reader no longer waits for credits. With a
@@ -395,13 +462,14 @@ class ParentRunThread:
 
     async def _trio_main(self) -> None:
         self._credit = trio.Event()
+        self._ask_lock = trio.Lock()
         with self._lock:
             self._token = trio.lowlevel.current_trio_token()
             early, self._early = self._early, []
         for fn, args in early:
             fn(*args)
         async with (
-            self._options.open_engine() as eng,
+            self._options.open_engine(self) as eng,
             trio.open_nursery() as nursery,
             eng.open_run(metadata=self._metadata) as run,
         ):
@@ -431,6 +499,57 @@ class ParentRunThread:
                     self._credit = trio.Event()
                     await self._credit.wait()
 
+    async def ask(self, run: Run, question: str) -> str:
+        """`Requester.ask`: journal the question, wait for its answer (see the class docs)."""
+        assert self._ask_lock is not None
+        async with self._ask_lock:
+            if self._cancel_reason is not None:
+                raise RequesterError("cancelled", "The task was cancelled.")
+            self._questions += 1
+            question_id = f"question-{self._questions}"
+            answered, box = trio.Event(), list[str]()
+            self._answer = (question_id, answered, box)
+            with self._lock:
+                self._open_question = question_id
+            try:
+                await run.emit(
+                    Kind.PARENT_CUSTOM, name=QUESTION_EVENT, message_id=question_id, text=question
+                )
+                with trio.CancelScope(deadline=trio.current_time() + self.ask_timeout) as scope:
+                    self._ask_scope = scope
+                    await answered.wait()
+                with self._lock:
+                    settled = self._open_question != question_id  # `answer()` took it
+                    self._open_question = None
+                if not answered.is_set() and settled and self._cancel_reason is None:
+                    await answered.wait()  # accepted on the asyncio side, on its way here
+                if answered.is_set():
+                    await run.emit(
+                        Kind.PARENT_CUSTOM, name=ANSWER_EVENT, message_id=question_id, text=box[0]
+                    )
+                    return box[0]
+                if self._cancel_reason is not None:
+                    raise RequesterError("cancelled", "The task was cancelled.")
+                why = (
+                    f"No answer came within {self.ask_timeout:g} s. Go on without it, or end "
+                    "your turn saying what you need."
+                )
+                await run.emit(
+                    Kind.PARENT_CUSTOM, name=NO_ANSWER_EVENT, message_id=question_id, text=why
+                )
+                raise RequesterError("no_answer", why)
+            finally:
+                self._answer = None
+                self._ask_scope = None
+                with self._lock:
+                    if self._open_question == question_id:
+                        self._open_question = None
+
+    def _answer_in_trio(self, question_id: str, text: str) -> None:
+        if self._answer is not None and self._answer[0] == question_id:
+            self._answer[2].append(text)
+            self._answer[1].set()
+
     def _ack_in_trio(self) -> None:
         self._in_flight -= 1
         if self._credit is not None:
@@ -439,6 +558,8 @@ class ParentRunThread:
     def _cancel_in_trio(self, reason: str) -> None:
         if self._cancel_reason is None:
             self._cancel_reason = reason
+        if self._ask_scope is not None:
+            self._ask_scope.cancel()
         if self._run is not None:
             self._run.cancel(self._cancel_reason)
 
@@ -457,9 +578,17 @@ class ParentRunThread:
 class _ServedTask:
     thread: ParentRunThread
     mapper: ParentTaskMapper
+    #: The task's event queue (the SDK gives every request of a task the same one).
+    queue: EventQueue
     lock: asyncio.Lock = attrs.field(factory=asyncio.Lock)
-    #: Set once the task's terminal update was enqueued (by execute() or by cancel()).
+    #: Set once the task's terminal update was enqueued (by the relay or by cancel()).
     concluded: asyncio.Event = attrs.field(factory=asyncio.Event)
+    #: The question the task is input-required for (its id), while it waits for the answer.
+    waiting: str | None = None
+    #: Set when the current request's part is over: the task turned input-required.
+    paused: asyncio.Event = attrs.field(factory=asyncio.Event)
+    #: The relay of the run's events into the task, from the first message to the terminal.
+    relay: asyncio.Task[None] | None = None
 
 
 class ParentAgentExecutor(ServedExecutor):
@@ -470,6 +599,7 @@ class ParentAgentExecutor(ServedExecutor):
         self._make_parent = options.make_parent
         self._tasks: dict[str, _ServedTask] = {}
         self._threads: set[ParentRunThread] = set()
+        self._relays: set[asyncio.Task[None]] = set()
 
     @property
     def tasks_running(self) -> int:
@@ -482,12 +612,32 @@ class ParentAgentExecutor(ServedExecutor):
         self._threads = {thread for thread in self._threads if thread.alive}
         return len(self._threads)
 
+    def request_context_builder(self) -> RequestContextBuilder:
+        return _FollowUpGate(self)
+
+    def check_follow_up(self, task_id: str, context_id: str | None, message: Message) -> str:
+        """Refuse a message to an existing task unless the task waits for input, the message
+        names the task's context (or none) and has text; the task's context id otherwise."""
+        served = self._tasks.get(task_id)
+        if served is None or served.waiting is None:
+            raise UnsupportedOperationError(
+                message=f"Task {task_id[:64]} is not waiting for input: a message continues a "
+                "task only while it is input-required. Start a new task (same contextId if "
+                "you like)."
+            )
+        if context_id and context_id != served.mapper.context_id:
+            raise InvalidParamsError(
+                message=f"The message's contextId is not the context of task {task_id[:64]}."
+            )
+        if not any(part.text.strip() for part in message.parts if part.HasField("text")):
+            raise InvalidParamsError(message="The answer has no text; the task still waits.")
+        return served.mapper.context_id
+
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         task_id, context_id = context.task_id or "", context.context_id or ""
         if context.current_task is not None:
-            raise UnsupportedOperationError(
-                message="This agent takes one message per task: start a new task."
-            )
+            await self._continue(task_id, context, event_queue)
+            return
         task = Task(
             id=task_id,
             context_id=context_id,
@@ -521,8 +671,10 @@ class ParentAgentExecutor(ServedExecutor):
             prompt=prompt,
             metadata={"a2a_task_id": task_id, "a2a_context_id": context_id},
             loop=asyncio.get_running_loop(),
+            ask_timeout=self.options.ask_timeout,
         )
-        served = _ServedTask(thread, ParentTaskMapper(task_id, context_id, clock=time.time))
+        mapper = ParentTaskMapper(task_id, context_id, clock=time.time)
+        served = _ServedTask(thread, mapper, event_queue)
         self._tasks[task_id] = served
         # Threads still stopping after an unconfirmed cancel are kept (and joined at shutdown)
         # until they end; the ended are forgotten here and below, each holding its run.
@@ -530,21 +682,74 @@ class ParentAgentExecutor(ServedExecutor):
         self._threads.add(thread)
         try:
             thread.start()
-            await self._relay(served, event_queue)
+        except BaseException:
+            self._tasks.pop(task_id, None)
+            raise
+        served.relay = asyncio.create_task(self._relay(task_id, served), name=thread.name)
+        self._relays.add(served.relay)
+        served.relay.add_done_callback(self._relays.discard)
+        await self._until_paused_or_ended(served)
+
+    async def _continue(
+        self, task_id: str, context: RequestContext, event_queue: EventQueue
+    ) -> None:
+        """A follow-up message: the answer to the question the task waits for. The task goes
+        back to working and this request streams the run on until its terminal or the next
+        question."""
+        served = self._tasks.get(task_id)
+        question_id = served.waiting if served is not None else None
+        if served is None or question_id is None:
+            # `check_follow_up` refused what it could see; the wait ended (or the task did)
+            # between its check and now: there is nothing left to answer.
+            log.info("task %s: a follow-up came after its question was settled", task_id)
+            return
+        text = context.get_user_input()
+        if len(text) > MAX_ANSWER_CHARS:
+            cut = len(text) - MAX_ANSWER_CHARS
+            text = f"{text[:MAX_ANSWER_CHARS]}\n[answer cut: {cut} more characters]"
+        async with served.lock:
+            if served.waiting != question_id or not served.thread.answer(question_id, text):
+                return  # its wait ended meanwhile: the relay resumes the task
+            served.waiting = None
+            served.paused = asyncio.Event()
+            for update in served.mapper.resume():
+                await event_queue.enqueue_event(update)
+        await self._until_paused_or_ended(served)
+
+    async def _until_paused_or_ended(self, served: _ServedTask) -> None:
+        """Return when the task turns input-required or its relay ends (the thread joined); if
+        this request is cancelled first (the server stops), the run is cancelled."""
+        assert served.relay is not None
+        paused = asyncio.ensure_future(served.paused.wait())
+        try:
+            await asyncio.wait({served.relay, paused}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            if not served.mapper.done:
+                served.thread.release(CANCEL_REASON)
+            raise
+        finally:
+            paused.cancel()
+
+    async def _relay(self, task_id: str, served: _ServedTask) -> None:
+        """Map the run's events into the task until its terminal update is enqueued, then let
+        the thread end and forget the task."""
+        thread = served.thread
+        try:
+            await self._relay_events(served)
             thread.release()
             await thread.join()
         finally:
             served.concluded.set()
+            served.paused.set()
             if not thread.ended.is_set():
-                # Cancelled (CancelTask, or the server stopping) or failed: the run must stop.
+                # Cancelled (the server stopping) or failed: the run must stop.
                 thread.release(CANCEL_REASON)
             self._tasks.pop(task_id, None)
             if not thread.alive:
                 self._threads.discard(thread)
 
-    async def _relay(self, served: _ServedTask, event_queue: EventQueue) -> None:
-        """Map the run's events into the task until its terminal update is enqueued."""
-        thread, mapper = served.thread, served.mapper
+    async def _relay_events(self, served: _ServedTask) -> None:
+        thread, mapper, queue = served.thread, served.mapper, served.queue
         while not mapper.done:
             item = await thread.receive()
             async with served.lock:
@@ -553,13 +758,45 @@ class ParentAgentExecutor(ServedExecutor):
                     reason = "The parent run ended without an outcome"
                     updates = mapper.conclude("failed", f"{reason}: {item.error or 'no error'}.")
                 else:
-                    updates = mapper.feed(item)
+                    updates = self._map_batch(served, item)
                 for update in updates:
-                    await event_queue.enqueue_event(update)
+                    await queue.enqueue_event(update)
+                if mapper.done:
+                    served.waiting = None
+                elif served.waiting is not None:
+                    served.paused.set()
             if isinstance(item, _Ended):
                 break
             thread.ack()
         served.concluded.set()
+
+    def _map_batch(self, served: _ServedTask, batch: list[DelegationEvent]) -> list[A2AUpdate]:
+        """The updates of one batch, with the requester's questions (those the thread really
+        has open: a parent's own custom event cannot pose as one) as input-required and a
+        wait that ended unanswered as working again."""
+        mapper, out, start = served.mapper, [], 0
+        for index, event in enumerate(batch):
+            if event.kind != Kind.PARENT_CUSTOM or event.name not in (
+                QUESTION_EVENT,
+                NO_ANSWER_EVENT,
+            ):
+                continue
+            question_id = event.message_id
+            if event.name == QUESTION_EVENT:
+                if question_id is None or served.thread.open_question != question_id:
+                    continue
+                out += mapper.feed(batch[start:index])
+                out += mapper.interrupt(event.text or "")
+                served.waiting = question_id
+            else:
+                if served.waiting is None or served.waiting != question_id:
+                    continue
+                out += mapper.feed(batch[start:index])
+                out += mapper.resume(event.text)
+                served.waiting = None
+            start = index + 1
+        out += mapper.feed(batch[start:])
+        return out
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         served = self._tasks.get(context.task_id or "")
@@ -579,6 +816,7 @@ class ParentAgentExecutor(ServedExecutor):
                 reason = f"{CANCEL_REASON} The parent agent is still stopping."
                 for update in served.mapper.conclude("canceled", reason):
                     await event_queue.enqueue_event(update)
+                served.waiting = None
             served.concluded.set()
 
     async def aclose(self, grace: float = SHUTDOWN_TIMEOUT) -> int:
@@ -591,10 +829,44 @@ class ParentAgentExecutor(ServedExecutor):
             waiting = asyncio.gather(*(thread.join() for thread in threads))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(waiting, grace)
+        relays = list(self._relays)
+        if relays:
+            # Their threads have ended (or will not): a relay has its terminal to write at
+            # most; one still waiting after a moment is cancelled.
+            _, pending = await asyncio.wait(relays, timeout=1.0)
+            for relay in pending:
+                relay.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=1.0)
         left = self.parent_threads
         if left:
             log.error("%d parent run thread(s) did not stop within %.0f s", left, grace)
         return left
+
+
+class _FollowUpGate(RequestContextBuilder):
+    """The SDK's request context builder, refusing first a message to an existing task that
+    cannot continue it (`ParentAgentExecutor.check_follow_up`): refused here, it is a typed
+    error for its caller and leaves the task as it was (an error raised by `execute()` would
+    fail the task)."""
+
+    def __init__(self, executor: ParentAgentExecutor) -> None:
+        self._executor = executor
+        self._inner = SimpleRequestContextBuilder()
+
+    async def build(
+        self,
+        context: Any,
+        params: Any = None,
+        task_id: str | None = None,
+        context_id: str | None = None,
+        task: Task | None = None,
+    ) -> RequestContext:
+        if params is not None and task_id:
+            context_id = self._executor.check_follow_up(task_id, context_id, params.message)
+        return await self._inner.build(
+            context=context, params=params, task_id=task_id, context_id=context_id, task=task
+        )
 
 
 # -- the server ---------------------------------------------------------------------------------
@@ -953,7 +1225,10 @@ def build_app(
 
     card = agent_card(options, base_url)
     handler = DefaultRequestHandler(
-        agent_executor=executor, task_store=InMemoryTaskStore(), agent_card=card
+        agent_executor=executor,
+        task_store=InMemoryTaskStore(),
+        agent_card=card,
+        request_context_builder=executor.request_context_builder(),
     )
 
     async def healthz(request: Request) -> Response:
