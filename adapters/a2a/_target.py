@@ -4,7 +4,9 @@ This module owns the I/O of one A2A agent: discovering and validating its Agent 
 with a fingerprint), creating a2a-sdk clients over an httpx client whose credentials go only to
 the card's origin and explicitly trusted origins, and one `TargetSession` per delegation that
 sends the task (streaming, or `return_immediately` for agents that cannot stream), resubscribes,
-polls `GetTask`, continues after input-required with the same task and context ids, and cancels
+polls `GetTask` (also to check a terminal the remote claimed before it announced its task, when
+the stream then ends without the task's own end), continues after input-required with the same
+task and context ids, and cancels
 with `CancelTask` (tenant and structured metadata included), from a session or, for a process
 that died, from the task id alone (`A2ATarget.cancel_remote`). The translation of what the remote
 says into engine updates is `adapters.a2a._mapping` (sans-IO); this module only moves bytes.
@@ -13,6 +15,14 @@ Streams are left by cancelling the enclosing Trio scope (the delegation actor do
 by abandoning the SDK's iterator (with a2a-sdk 1.3.0, `break` leaves its nested async generators
 unclosed). Every error the SDK or httpx raises becomes a typed `DelegationError` whose message
 never carries a credential.
+
+Every response the remote sends is bounded while it is read (`A2AAgentConfig.max_frame_bytes`,
+through `adapters._remote_http.bound_response_frames`): one event of a stream, a unary answer
+(GetTask, CancelTask, SendMessage, ListTasks), the card. A frame past it ends the delegation
+with `artifact_too_large` when the frame begins as an artifact update, else
+`malformed_remote_payload` (metadata `reason: frame_too_large`), and the remote task is cancelled
+as for any failure; its state is then read with ListTasks without artifacts if the CancelTask
+answer itself is too large.
 """
 
 from __future__ import annotations
@@ -54,6 +64,8 @@ from google.protobuf.json_format import ParseError
 
 from adapters._asyncgens import closing_abandoned_generators
 from adapters._remote_http import (
+    DEFAULT_MAX_FRAME_BYTES,
+    FrameTooLargeError,
     RemotePools,
     credential_secrets,
     identity_headers,
@@ -127,6 +139,20 @@ def _positive_seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> 
         raise RegistryError(f"{attribute.name} must be positive, got {value!r}")
 
 
+#: The bounds a frame limit may take: below a few KiB an ordinary card or status would not fit;
+#: above 1 GiB it bounds nothing a host would want to hold.
+MIN_FRAME_BYTES: Final = 4 << 10
+MAX_FRAME_BYTES: Final = 1 << 30
+
+
+def _frame_bytes(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if type(value) is not int or not MIN_FRAME_BYTES <= value <= MAX_FRAME_BYTES:
+        raise RegistryError(
+            f"{attribute.name} must be a whole number of bytes from {MIN_FRAME_BYTES} to "
+            f"{MAX_FRAME_BYTES}, got {value!r}"
+        )
+
+
 @attrs.frozen(kw_only=True)
 class A2AAgentConfig:
     """How the host reaches one A2A agent. The model never sees any of this.
@@ -155,6 +181,12 @@ class A2AAgentConfig:
     )
     prefer_own_bindings: bool = False
     text_artifact_names: frozenset[str] = frozenset({"assistant-output", "assistant_output"})
+    #: The most bytes one frame from the remote may hold, counted while it is read, before any
+    #: JSON parse: one event of a stream, or a whole unary answer or card. It bounds what a
+    #: remote can make the engine hold (a 50 MiB event cost ~440 MiB of peak memory when parsed
+    #: whole). Keep it above the largest artifact chunk the agent legitimately sends; a
+    #: caller-given `http` client is used as it is, without this bound.
+    max_frame_bytes: int = attrs.field(default=DEFAULT_MAX_FRAME_BYTES, validator=_frame_bytes)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -178,6 +210,7 @@ class A2ATarget:
             forward_headers=config.forward_headers,
             request_timeout=config.request_timeout,
             http=http,
+            max_frame_bytes=config.max_frame_bytes,
         )
         self.card: AgentCard | None = None
         self.card_info: CardInfo | None = None
@@ -224,7 +257,14 @@ class A2ATarget:
             try:
                 base, path = _split_card_url(self.config.card_url)
                 resolver = A2ACardResolver(self._pools.streams, base, agent_card_path=path)
-                card = await resolver.get_agent_card()
+                async with closing_abandoned_generators():
+                    card = await resolver.get_agent_card()
+            except FrameTooLargeError as exc:
+                # The same card is as large next time: a card to fix, not a remote to wait for.
+                error = self._frame_error(exc, "fetching the agent card")
+                raise attrs.evolve(
+                    error, code=ErrorCode.AGENT_UNAVAILABLE, retryable=False
+                ) from None
             except (A2AError, httpx.HTTPError, *_UNREADABLE) as exc:
                 error = self._error(ErrorCode.AGENT_UNAVAILABLE, "fetching the agent card", exc)
                 if isinstance(exc, _UNREADABLE) or _is_malformed(exc):
@@ -283,6 +323,23 @@ class A2ATarget:
             metadata={"exception": type(exc).__name__},
         )
 
+    def _frame_error(self, exc: FrameTooLargeError, doing: str) -> DelegationError:
+        """A frame past `max_frame_bytes`: `artifact_too_large` if it began as an artifact
+        update (the bytes before the limit say so), else a malformed payload. Nothing of the
+        frame goes into the error but its size limit and media type."""
+        artifact = b'"artifactUpdate"' in exc.head
+        what = "an artifact chunk" if artifact else "a frame"
+        return DelegationError(
+            code=ErrorCode.ARTIFACT_TOO_LARGE if artifact else ErrorCode.MALFORMED_REMOTE_PAYLOAD,
+            message=f"The remote A2A agent sent {what} larger than the {exc.limit}-byte frame "
+            f"limit (max_frame_bytes) while {doing}; it was not read.",
+            metadata={
+                "reason": "frame_too_large",
+                "limit_bytes": exc.limit,
+                "content_type": self._redactor.text(exc.content_type)[:100],
+            },
+        )
+
     def open_session(self, task: DelegationTask, nursery: trio.Nursery) -> _A2ASession:
         return _A2ASession(self, task, nursery)
 
@@ -322,30 +379,77 @@ class A2ATarget:
             if self.config.forward_identity:
                 identity = ref_identity_headers(ref, self.config.tenant)
                 context = ClientCallContext(service_parameters=identity)
-            ended = await self._cancel_task(task_id, metadata, context)
+            ended = await self._cancel_task(task_id, metadata, context, ref.remote_context_id)
         return RemoteCancel.CONFIRMED if ended else RemoteCancel.PENDING
 
     async def _cancel_task(
-        self, task_id: str, metadata: Mapping[str, Any], context: ClientCallContext | None
+        self,
+        task_id: str,
+        metadata: Mapping[str, Any],
+        context: ClientCallContext | None,
+        context_id: str | None = None,
     ) -> bool:
         """`CancelTask` for `task_id`; True once the remote says the task is in a terminal
         state. A refused or lost cancel (e.g. not cancelable because it already ended) asks
-        `GetTask`: the task's own state is the answer to "is it still running?". False when
-        neither answered."""
+        `GetTask`: the task's own state is the answer to "is it still running?". An answer past
+        `max_frame_bytes` (a task holding huge artifacts answers with all of them) is read as
+        the task's entry in ListTasks instead, which leaves artifacts out. False when none of
+        them answered."""
         client = self._client(False, control=True)
         tenant = self.config.tenant or ""
         request = CancelTaskRequest(tenant=tenant, id=task_id)
         request.metadata.update(dict(metadata))
-        try:
-            task = await client.cancel_task(request, context=context)
-        except (A2AError, httpx.HTTPError, *_UNREADABLE):
+        too_large = False
+        async with closing_abandoned_generators():
             try:
-                task = await client.get_task(
-                    GetTaskRequest(tenant=tenant, id=task_id), context=context
-                )
+                task = await client.cancel_task(request, context=context)
+                return task.status.state in _TERMINAL_STATES
+            except FrameTooLargeError:
+                too_large = True
             except (A2AError, httpx.HTTPError, *_UNREADABLE):
-                return False
-        return task.status.state in _TERMINAL_STATES
+                pass
+            if not too_large:
+                try:
+                    task = await client.get_task(
+                        GetTaskRequest(tenant=tenant, id=task_id), context=context
+                    )
+                    return task.status.state in _TERMINAL_STATES
+                except FrameTooLargeError:
+                    pass
+                except (A2AError, httpx.HTTPError, *_UNREADABLE):
+                    return False
+            state = await self._listed_state(task_id, context_id, context)
+        return state in _TERMINAL_STATES
+
+    async def _listed_state(
+        self, task_id: str, context_id: str | None, context: ClientCallContext | None
+    ) -> int | None:
+        """The state of `task_id` as ListTasks gives it, without artifacts or history (in its
+        context when known, up to `FIND_PAGES` pages); None if it is not found or the remote
+        cannot list."""
+        client = self._client(False, control=True)
+        token = ""
+        for _ in range(FIND_PAGES):
+            request = ListTasksRequest(
+                tenant=self.config.tenant or "",
+                context_id=context_id or "",
+                page_size=FIND_PAGE_SIZE,
+                page_token=token,
+                history_length=0,
+                include_artifacts=False,
+            )
+            try:
+                async with closing_abandoned_generators():
+                    page = await client.list_tasks(request, context=context)
+            except (A2AError, httpx.HTTPError, FrameTooLargeError, *_UNREADABLE):
+                return None
+            for task in page.tasks:
+                if task.id == task_id:
+                    return int(task.status.state)
+            token = page.next_page_token
+            if not token:
+                break
+        return None
 
     async def aclose(self) -> None:
         """Close the SDK clients and the pools; idempotent. Called once every session ended."""
@@ -356,20 +460,42 @@ class A2ATarget:
         await self._pools.aclose()
 
 
+_SIZE: Final = re.compile(r"\s*(\d{1,10})\s*(B|KiB|MiB|GiB)?\s*")
+_SIZE_UNITS: Final = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def parse_byte_size(setting: str, text: str) -> int:
+    """A size a host's configuration gives as a string: bytes, or a number with `B`, `KiB`,
+    `MiB` or `GiB` ("8 MiB"). Raises `ValueError` naming `setting`."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(
+            f"{setting} must be a number of bytes, or one with a unit B, KiB, MiB or GiB "
+            f'("8 MiB"); got {text!r}'
+        )
+    return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
+
+
 def _configure(agent: AgentSettings) -> A2AAgentConfig:
+    frame = agent.settings.get("max_frame_bytes")
+    limits: dict[str, Any] = {}
+    if frame is not None:
+        limits["max_frame_bytes"] = parse_byte_size("max_frame_bytes", frame)
     return A2AAgentConfig(
         card_url=agent.settings["card_url"],
         tenant=agent.tenant,
         auth_header=agent.auth_header,
         trusted_origins=agent.trusted_origins,
         forward_identity=agent.forward_identity,
+        **limits,
     )
 
 
-#: A2A as a host's configuration file declares it: an agent is found by its card.
+#: A2A as a host's configuration file declares it: an agent is found by its card; the most bytes
+#: one frame of it may hold is `max_frame_bytes` ("8 MiB" by default).
 AGENT_PROTOCOL: Final = AgentProtocol(
     name="a2a",
-    settings={"card_url": True},
+    settings={"card_url": True, "max_frame_bytes": False},
     reached="an A2A agent is found by its `card_url`",
     configure=_configure,
     target=A2ATarget,
@@ -585,6 +711,8 @@ class _A2ASession:
             self._new_task_message_id = message.message_id
         try:
             await self._relay(client.send_message(request, context=self._context()), emit)
+        except FrameTooLargeError as exc:
+            raise self._target._frame_error(exc, doing) from None
         except _UNREADABLE as exc:
             raise self._target._error(ErrorCode.MALFORMED_REMOTE_PAYLOAD, doing, exc) from None
         except (A2AError, httpx.HTTPError) as exc:
@@ -612,14 +740,17 @@ class _A2ASession:
         await self._send([Part(text=task_text(self._task))], emit, "sending the task")
 
     async def resubscribe(self, emit: Emit) -> None:
-        if self.task_id is None:
+        task_id = await self._task_to_read()
+        if task_id is None:
             raise DelegationError(
                 code=ErrorCode.STREAM_INTERRUPTED, message="No task to resubscribe to."
             )
         client = self._target._client(True)
-        request = SubscribeToTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
+        request = SubscribeToTaskRequest(tenant=self._target.config.tenant or "", id=task_id)
         try:
             await self._relay(client.subscribe(request, context=self._context()), emit)
+        except FrameTooLargeError as exc:
+            raise self._target._frame_error(exc, "resubscribing") from None
         except _UNREADABLE as exc:
             raise self._target._error(
                 ErrorCode.MALFORMED_REMOTE_PAYLOAD, "resubscribing", exc
@@ -629,13 +760,26 @@ class _A2ASession:
         except (A2AError, httpx.HTTPError) as exc:
             raise self._target._error(ErrorCode.STREAM_INTERRUPTED, "resubscribing", exc) from None
 
+    async def _task_to_read(self) -> str | None:
+        """The task to resubscribe to or poll: the one the remote announced; else, when the
+        stream ended before any (it may have claimed an end first), the one our message created
+        (ListTasks, `_find_task`), else the task id the remote's claimed end named, which the
+        read then confirms or refutes (a Task announces itself; an unknown id is an error)."""
+        if self.task_id is None and not await self._find_task():
+            return self._mapper.unconfirmed_task_id
+        return self.task_id
+
     async def poll(self, emit: Emit) -> None:
-        if self.task_id is None:
+        task_id = await self._task_to_read()
+        if task_id is None:
             raise DelegationError(code=ErrorCode.STREAM_INTERRUPTED, message="No task to poll.")
         client = self._target._client(False, control=True)
-        request = GetTaskRequest(tenant=self._target.config.tenant or "", id=self.task_id)
+        request = GetTaskRequest(tenant=self._target.config.tenant or "", id=task_id)
         try:
-            task = await client.get_task(request, context=self._context())
+            async with closing_abandoned_generators():
+                task = await client.get_task(request, context=self._context())
+        except FrameTooLargeError as exc:
+            raise self._target._frame_error(exc, "reading the task") from None
         except _UNREADABLE as exc:
             raise self._target._error(
                 ErrorCode.MALFORMED_REMOTE_PAYLOAD, "reading the task", exc
@@ -671,7 +815,9 @@ class _A2ASession:
                 return False
         assert self.task_id is not None
         metadata = {**self._metadata(), "reason": "cancelled by the delegating run"}
-        return await self._target._cancel_task(self.task_id, metadata, self._context())
+        return await self._target._cancel_task(
+            self.task_id, metadata, self._context(), self.context_id
+        )
 
     async def _find_task(self) -> bool:
         """Learn the id of the task our last new-task message created, with ListTasks
@@ -695,11 +841,12 @@ class _A2ASession:
                     page_token=token,
                 )
                 try:
-                    page = await client.list_tasks(request, context=self._context())
+                    async with closing_abandoned_generators():
+                        page = await client.list_tasks(request, context=self._context())
                 except (UnsupportedOperationError, MethodNotFoundError):
                     target.can_list_tasks = False
                     return False
-                except (A2AError, httpx.HTTPError, *_UNREADABLE):
+                except (A2AError, httpx.HTTPError, FrameTooLargeError, *_UNREADABLE):
                     return False
                 for task in page.tasks:
                     if task.id and any(m.message_id == message_id for m in task.history):

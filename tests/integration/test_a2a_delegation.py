@@ -227,13 +227,31 @@ async def test_unknown_key_makes_no_outbound_request(a2a_server: Any) -> None:
 # -- wire cases from the raw server ------------------------------------------------------
 
 
-async def test_terminal_before_any_task_gets_a_synthesized_start(nursery: trio.Nursery) -> None:
-    scenario = RawScenario(stream=[status_frame("t1", "TASK_STATE_COMPLETED", "early")])
+async def test_a_terminal_before_any_task_is_confirmed_with_get_task(
+    nursery: trio.Nursery,
+) -> None:
+    # A terminal for no announced task is a claim, not the end: the stream ended without the
+    # task's own end, so the task it named is read with GetTask, which confirms it.
+    scenario = RawScenario(
+        stream=[status_frame("t1", "TASK_STATE_COMPLETED", "early")],
+        get_task=task_frame("t1", "TASK_STATE_COMPLETED")["task"],
+    )
     result, entries = await raw_delegate(nursery, scenario)
     events = events_of(entries, result.delegation_id)
     assert events[0].kind == Kind.STARTED
     assert events[-1].kind == Kind.FINISHED
     assert result.status == Status.COMPLETED
+    assert result.remote_task_id == "t1"
+    assert "GetTask" in scenario.methods()
+
+
+async def test_a_terminal_before_any_task_that_get_task_refutes_is_not_a_completion(
+    nursery: trio.Nursery,
+) -> None:
+    scenario = RawScenario(stream=[status_frame("t1", "TASK_STATE_COMPLETED", "early")])
+    result, _ = await raw_delegate(nursery, scenario)  # GetTask: task not found
+    assert result.status == Status.FAILED
+    assert "GetTask" in scenario.methods()
 
 
 async def test_bad_json_in_the_stream_is_a_typed_failure(nursery: trio.Nursery) -> None:
@@ -348,7 +366,9 @@ async def test_remote_that_never_confirms_a_cancel_is_reported_pending(
 
 async def test_credentials_go_only_to_the_cards_origin(nursery: trio.Nursery) -> None:
     # The card (origin A) points the interface at origin B: B must not see the token.
-    other = RawScenario(stream=[status_frame("t1", "TASK_STATE_COMPLETED", "done")])
+    other = RawScenario(
+        stream=[task_frame("t1", "TASK_STATE_WORKING"), status_frame("t1", "TASK_STATE_COMPLETED")]
+    )
     await nursery.start(serve_raw_a2a, other)
     card = RawScenario(interface_url=f"http://127.0.0.1:{other.port}/jsonrpc")
     await nursery.start(serve_raw_a2a, card)
@@ -359,7 +379,9 @@ async def test_credentials_go_only_to_the_cards_origin(nursery: trio.Nursery) ->
 
 
 async def test_trusted_origins_receive_credentials(nursery: trio.Nursery) -> None:
-    other = RawScenario(stream=[status_frame("t1", "TASK_STATE_COMPLETED", "done")])
+    other = RawScenario(
+        stream=[task_frame("t1", "TASK_STATE_WORKING"), status_frame("t1", "TASK_STATE_COMPLETED")]
+    )
     await nursery.start(serve_raw_a2a, other)
     card = RawScenario(interface_url=f"http://127.0.0.1:{other.port}/jsonrpc")
     await nursery.start(serve_raw_a2a, card)
