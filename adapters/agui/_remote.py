@@ -78,6 +78,8 @@ MAX_INTERRUPTS: Final = 256
 TRACKED_SUBAGENTS: Final = 1024
 
 _TEXT_ROLES: Final = frozenset({"developer", "system", "assistant", "user"})
+#: Room a line has beyond `max_frame_bytes` for its field name (`data: `).
+_FIELD_BYTES: Final = 16
 _LINE_END_BYTES: Final = re.compile(rb"\r\n|\r|\n")
 _ESCAPED_SURROGATE: Final = re.compile(r"\\u[dD][89a-fA-F]")
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
@@ -150,6 +152,8 @@ class RemoteSseDecoder:
 
     def __init__(self, *, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
         self.max_frame_bytes = max_frame_bytes
+        # A line may hold a whole frame's data and its field name (`data: `).
+        self._max_line_bytes = max_frame_bytes + _FIELD_BYTES
         #: Bytes of the line not yet ended.
         self._partial = bytearray()
         #: The last piece ended with CR: an LF opening the next one completes that CRLF.
@@ -175,7 +179,7 @@ class RemoteSseDecoder:
                 self._partial.clear()
             else:
                 line = piece
-                if len(line) > self.max_frame_bytes:
+                if len(line) > self._max_line_bytes:
                     raise _malformed(_too_long("an SSE line", self.max_frame_bytes))
             if position == len(data) and match.group() == b"\r":
                 self._after_cr = True
@@ -198,7 +202,7 @@ class RemoteSseDecoder:
 
     def _grow(self, piece: bytes) -> None:
         self._partial += piece
-        if len(self._partial) > self.max_frame_bytes:
+        if len(self._partial) > self._max_line_bytes:
             self._partial = bytearray()
             raise _malformed(_too_long("an SSE line", self.max_frame_bytes))
 
