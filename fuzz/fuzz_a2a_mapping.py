@@ -7,22 +7,33 @@ protobuf items separated by `---`. Each sequence is fed to one mapper, through `
 `DelegationError(malformed_remote_payload)`; any other exception is a bug. So is an update that
 breaks the contract: a kind outside `subagent.*`, another task's id, an artifact without a URI or
 with content in its text, an empty text delta, an over-long failure message, an item fed twice in
-a row that is not ignored the second time, or updates the engine's own `DelegationState` cannot
-take.
+a row that is not ignored the second time, updates the engine's own `DelegationState` cannot
+take, more than one terminal out of that state, or a terminal status for no announced task (sent
+before any item named the task, or naming none) that ends the delegation.
+
+The same bytes are also read as the body of an event stream through the frame bound every A2A
+response is read with (`adapters._remote_http.FrameBoundedStream`, a small limit, chunked as the
+input says): it must give the body back unchanged, or refuse it with `FrameTooLargeError`, and it
+must refuse exactly when a frame (what lies between blank lines, as the SSE spec defines them)
+is over the limit, give or take the few bytes of the line ends around it.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 from fuzz._harness import instrumented_imports
 
 with instrumented_imports("adapters", "engine"):
+    import httpx
     from a2a.types import StreamResponse
     from google.protobuf import json_format  # type: ignore[import-untyped, unused-ignore]
     from google.protobuf import message as proto_message  # type: ignore[import-untyped, unused-ignore]
 
+    from adapters._remote_http import FrameBoundedStream, FrameTooLargeError
     from adapters.a2a._mapping import MAX_ERROR_CHARS, A2AEventMapper
     from engine._delegation import DelegationIdentity, DelegationState
     from engine._events import Kind
@@ -104,6 +115,20 @@ SEEDS: list[bytes] = [
     + _BINARY_SEPARATOR
     + StreamResponse(status_update={"task_id": "t", "status": {"state": 3}}).SerializeToString(),
     b'{"task":{"id":"t"}}',
+    # An end claimed before the task is announced, for it and for another task, then the task
+    # streams and ends for real.
+    _items(
+        _status("TASK_STATE_COMPLETED", "too early"),
+        _status("TASK_STATE_FAILED", "not yours", task_id="ghost"),
+        _status("TASK_STATE_CANCELED", task_id=""),
+        _TASK,
+        _status("TASK_STATE_WORKING", "Searching"),
+        _chunk("out", "assistant-output", {"text": "real"}, lastChunk=True),
+        _status("TASK_STATE_REJECTED", task_id=""),
+        _status("TASK_STATE_COMPLETED", "the real end"),
+    ),
+    # A frame over the limit between small ones, with every kind of SSE line end.
+    b"data: 1\r\n\r\ndata: " + b"x" * 200 + b"\n\ndata: 2\r\rdata: 3\n\r\n",
     b'[{"statusU\\ud800pdate":{}},{"statusUpdate":"x"},{"statusUpdate":{"status":{"state":5.5}}},'
     b'{"statusUpdate":{"status":{"state":1e999}}}]',
     b"",
@@ -134,6 +159,11 @@ DICTIONARY: list[bytes] = [
     b'"TASK_STATE_INPUT_REQUIRED"',
     b'"ROLE_AGENT"',
     b'"assistant-output"',
+    b'"TASK_STATE_FAILED"',
+    b"\r\n\r\n",
+    b"\n\n",
+    b"\r\r",
+    b"data: ",
     _BINARY_SEPARATOR,
 ]
 
@@ -146,6 +176,83 @@ def fuzz_one_input(data: bytes) -> None:
         held = _run(items, hold_text=True)
         if held != plain:
             raise AssertionError(f"holding text changed it: {held!r} != {plain!r}")
+    _check_frames(data)
+
+
+#: The frame limit the bytes are read with, and the line-end bytes a frame's count may differ
+#: by from its content (its last line end and the blank line, split across reads or not).
+_FRAME_LIMIT: Final = 64
+_LINE_END_SLACK: Final = 6
+_LINE: Final = re.compile(rb"([^\r\n]*)(\r\n|\r|\n)")
+
+
+def _frame_sizes(data: bytes) -> list[int]:
+    """The bytes of each frame of an event stream before its blank line (the last one whether
+    ended or not): a plain reading of the SSE spec's line rules, one line at a time."""
+    sizes, size, pos = [], 0, 0
+    for line in _LINE.finditer(data):
+        pos = line.end()
+        if not line.group(1):  # an empty line ends the frame (if any)
+            if size:
+                sizes.append(size)
+            size = 0
+        else:
+            size += len(line.group(0))
+    sizes.append(size + len(data) - pos)
+    return sizes
+
+
+class _Chunks(httpx.AsyncByteStream):
+    def __init__(self, chunks: list[bytes]) -> None:
+        self.chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+def _read_bounded(chunks: list[bytes], content_type: str) -> bytes:
+    """Read a `FrameBoundedStream` to its end without an event loop (nothing in it waits)."""
+    stream = FrameBoundedStream(_Chunks(chunks), limit=_FRAME_LIMIT, content_type=content_type)
+    reader = stream.__aiter__()
+    out = []
+    try:
+        while True:
+            try:
+                reader.__anext__().send(None)  # type: ignore[attr-defined]
+            except StopIteration as step:
+                out.append(step.value)
+            except StopAsyncIteration:
+                return b"".join(out)
+    finally:
+        try:
+            reader.aclose().send(None)  # type: ignore[attr-defined]
+        except StopIteration:
+            pass
+
+
+def _check_frames(data: bytes) -> None:
+    step = 1 + (data[0] % 13 if data else 0)
+    chunks = [data[i : i + step] for i in range(0, len(data), step)]
+    for content_type, sizes in (
+        ("text/event-stream", _frame_sizes(data)),
+        ("application/json", [len(data)]),
+    ):
+        slack = _LINE_END_SLACK if content_type == "text/event-stream" else 0
+        try:
+            body = _read_bounded(chunks, content_type)
+        except FrameTooLargeError as refused:
+            if max(sizes) + slack <= _FRAME_LIMIT:
+                raise AssertionError(f"frames of {sizes} bytes refused at {_FRAME_LIMIT}") from None
+            if refused.limit != _FRAME_LIMIT or refused.content_type != content_type:
+                raise AssertionError(
+                    f"the refusal misnames its limit or type: {refused!r}"
+                ) from None
+            continue
+        if body != data:
+            raise AssertionError("the bounded stream changed the body")
+        if max(sizes) > _FRAME_LIMIT:
+            raise AssertionError(f"a frame of {max(sizes)} bytes passed a {_FRAME_LIMIT} limit")
 
 
 def _json_items(data: bytes) -> list[StreamResponse]:
@@ -183,18 +290,27 @@ def _run(items: list[StreamResponse], *, hold_text: bool) -> dict[str, str]:
     state = DelegationState(_IDENTITY, DelegationPolicy(), clock=lambda: 0.0)
     texts: dict[str, str] = {}
 
+    terminals = 0
+
     def take(updates: list[TargetUpdate]) -> None:
+        nonlocal terminals
         for update in updates:
             _check(mapper, update)
-            state.feed(update)
+            terminals += len(_terminals(state.feed(update)))
+            if terminals > 1:
+                raise AssertionError("the delegation got more than one terminal")
             if update.kind == Kind.TEXT_DELTA and update.message_id and update.delta:
                 texts[update.message_id] = texts.get(update.message_id, "") + update.delta
 
     for item in items:
         for call in (mapper.feed, mapper.from_send_response):
+            claim = _unannounced_terminal(mapper, item)
+            ended = mapper.terminal_state
             updates = _call(call, item)
             if updates is None:
                 continue
+            if claim and (mapper.terminal_state != ended or _terminals(updates)):
+                raise AssertionError(f"an end claimed for no announced task ended it: {item!r}")
             take(updates)
             again = _call(call, item)
             if again:
@@ -205,6 +321,23 @@ def _run(items: list[StreamResponse], *, hold_text: bool) -> dict[str, str]:
     if mapper.holding:
         raise AssertionError("text is still held after release()")
     return texts
+
+
+_TERMINAL_KINDS: Final = frozenset({Kind.FINISHED, Kind.FAILED, Kind.CANCELLED})
+_TERMINAL_STATES: Final = frozenset({3, 4, 5, 7})  # COMPLETED, FAILED, CANCELED, REJECTED
+
+
+def _terminals(items: list[Any]) -> list[Any]:
+    return [item for item in items if item.kind in _TERMINAL_KINDS]
+
+
+def _unannounced_terminal(mapper: A2AEventMapper, item: StreamResponse) -> bool:
+    """A terminal status update while no task was announced, or naming no task."""
+    if item.WhichOneof("payload") != "status_update":
+        return False
+    event = item.status_update
+    terminal = event.HasField("status") and event.status.state in _TERMINAL_STATES
+    return terminal and (mapper.task_id is None or not event.task_id)
 
 
 def _call(call: Any, item: Any) -> list[TargetUpdate] | None:
