@@ -35,6 +35,9 @@
 # (M excludes failures waived with --waive; a line above the last one then gives their number).
 # Exit 2: setup problem (no TCK, server unreachable, install failed).
 set -uo pipefail
+PART_PID=""
+trap '[ -z "$PART_PID" ] || kill -TERM "$PART_PID" 2>/dev/null; exit 143' TERM
+trap '[ -z "$PART_PID" ] || kill -TERM "$PART_PID" 2>/dev/null; exit 130' INT
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 WORK="${A2A_TCK_WORK:-/tmp/a2a-tck-run}"
@@ -141,8 +144,13 @@ run_part() {
     (cd "$SRC" && PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" timeout "$TIMEOUT" "$VENV/bin/python" run_tck.py "$@") 2>&1 | tee "$log"
     rc=${PIPESTATUS[0]}
   else
-    (cd "$SRC" && PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" timeout "$TIMEOUT" "$VENV/bin/python" run_tck.py "$@") >"$log" 2>&1
+    # In the background and waited for, so that a TERM to this script stops the suite at once
+    # (timeout passes it on to the suite's whole process group).
+    (cd "$SRC" && PYTHONPATH="$HERE${PYTHONPATH:+:$PYTHONPATH}" exec timeout "$TIMEOUT" "$VENV/bin/python" run_tck.py "$@") >"$log" 2>&1 &
+    PART_PID=$!
+    wait "$PART_PID"
     rc=$?
+    PART_PID=""
   fi
   t1=$(date +%s)
   mkdir -p "$WORK/reports"; rm -rf "$WORK/reports/$name"

@@ -47,3 +47,6 @@ fi
 echo "== a2a-serve --parent conformance on http://127.0.0.1:$PORT (log $A2A_TCK_WORK/a2a-serve.log)"
 "$HERE/run.sh" --transport jsonrpc,http_json --waive "$HERE/known_failures_a2a-sdk-1.3.0.txt" \
   "$@" "http://127.0.0.1:$PORT"
+status=$?
+echo "== TCK run took ${SECONDS} s"
+exit "$status"
