@@ -6,9 +6,15 @@ as events (a list of them, or one) framed as SSE by this harness. Each body is f
 then `end()`; a suspended mapper is resumed and fed the body again. The mapper may never raise;
 its `error` may only be `malformed_remote_payload` or `stream_interrupted`. Anything else is a
 bug, and so is an update that breaks the contract: a kind outside `subagent.*`, more than one
-terminal or anything after it, a terminal together with an error, an empty or unowned text
-delta, a tool-call update without its id, an unbounded failure message, a payload in `raw` larger
-than the carrying limit, or updates the engine's own `DelegationState` cannot take.
+start or terminal or anything after the terminal, a terminal together with an error, an empty
+or unowned text delta, a tool-call update without its id, an unbounded failure message, a
+payload in `raw` larger than the carrying limit, or updates the engine's own `DelegationState`
+cannot take.
+
+Two hostile variants of every body: read with a tiny frame limit (`_SMALL_FRAME_BYTES`), it must
+give a prefix of the same updates and, where it stops early, a typed error naming the byte
+limit; and, for JSON events, with every frame sent twice in a row, which must keep the contract
+above and end as the single stream did (a retransmitted lifecycle event changes nothing).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ with instrumented_imports("adapters", "engine"):
     from engine._delegation import DelegationIdentity, DelegationState
     from engine._events import Kind
     from engine._registry import DelegationPolicy
-    from engine._results import ErrorCode
+    from engine._results import DelegationError, ErrorCode
     from engine._targets import TargetUpdate
 
 __all__ = ["DICTIONARY", "SEEDS", "fuzz_one_input"]
@@ -37,6 +43,9 @@ _TOOL_KINDS: Final = frozenset(
 )
 #: JSON of a carried payload may be this much larger than the limit (the marker itself).
 _MAX_RAW_BYTES: Final = MAX_CARRIED_JSON_BYTES * 2 + 4096
+
+#: A frame limit small enough that the seeds and the fuzzer's inputs pass it.
+_SMALL_FRAME_BYTES: Final = 64
 
 _STARTED: Final = {"type": "RUN_STARTED", "threadId": "t", "runId": "r"}
 _FINISHED: Final = {"type": "RUN_FINISHED", "threadId": "t", "runId": "r"}
@@ -81,6 +90,17 @@ SEEDS: list[bytes] = [
     _events({"type": "TEXT_MESSAGE_CONTENT", "messageId": "m", "delta": "x"}, _STARTED),
     _events(_STARTED, {"type": "TOOL_CALL_ARGS", "toolCallId": "c", "delta": "x"}),
     _events({"type": "RUN_ERROR", "message": "boom", "code": "E"}),
+    # Early terminals: RUN_FINISHED or RUN_ERROR before RUN_STARTED, then a whole run.
+    _events(_FINISHED, _STARTED, {"type": "CUSTOM", "name": "n", "value": 1}, _FINISHED),
+    _events({"type": "RUN_ERROR", "message": "early"}, _STARTED, _FINISHED),
+    # Duplicated frames; terminals naming another run or thread.
+    _sse(_STARTED, _STARTED, {"type": "TEXT_MESSAGE_START", "messageId": "m"})
+    + _sse({"type": "TEXT_MESSAGE_START", "messageId": "m"}, _FINISHED, _FINISHED),
+    _events(_STARTED, {**_FINISHED, "runId": "other"}),
+    _events(_STARTED, {**_FINISHED, "threadId": "other"}),
+    # Oversized: one frame far over the limit (4-byte characters), a cut inside a frame.
+    _sse(_STARTED) + b'data: {"type":"CUSTOM","name":"n","value":"' + "\U0001f600".encode() * 64,
+    _sse(_STARTED) + b'data: {"type":"TEXT_MESSAGE_START","mess',
     # Raw SSE bodies: CRLF framing with comments and ids, a bad frame, a cut-off frame.
     b": hi\r\nid: 1\r\n" + _sse(_STARTED, _FINISHED, end="\r\n"),
     _sse(_STARTED) + b"data: {nope\n\n" + _sse(_FINISHED),
@@ -128,16 +148,22 @@ def fuzz_one_input(data: bytes) -> None:
         return
     events = document if isinstance(document, list) else [document]
     try:
-        body = b"".join(
+        frames = [
             f"data: {json.dumps(event, allow_nan=False)}\n\n".encode("utf-8", "surrogatepass")
             for event in events
-        )
+        ]
     except (ValueError, RecursionError):
         return
-    _run(body)
+    once, once_error = _run(b"".join(frames))
+    twice, twice_error = _run(b"".join(frame * 2 for frame in frames))
+    # A stream that ended cleanly ends the same way with every frame sent twice.
+    ended = once_error is None and bool(once) and once[-1].kind in Kind.DELEGATION_TERMINALS
+    if ended and (twice_error is not None or not twice or twice[-1].kind != once[-1].kind):
+        raise AssertionError(f"every frame twice ended otherwise: {twice_error!r} {twice!r}")
 
 
-def _run(body: bytes) -> None:
+def _run(body: bytes) -> tuple[list[TargetUpdate], DelegationError | None]:
+    """`body` mapped whole, cut in three, and with a tiny frame limit; its updates and error."""
     whole = AguiRemoteMapper(max_frame_bytes=1 << 16)
     updates = whole.feed(body) + whole.end()
     cut = AguiRemoteMapper(max_frame_bytes=1 << 16)
@@ -146,15 +172,36 @@ def _run(body: bytes) -> None:
     pieces += cut.feed(body[2 * third :]) + cut.end()
     if pieces != updates or cut.error != whole.error:
         raise AssertionError(f"cutting the body changed the mapping: {updates!r} != {pieces!r}")
+    small = AguiRemoteMapper(max_frame_bytes=_SMALL_FRAME_BYTES)
+    bounded = small.feed(body) + small.end()
+    small_cut = AguiRemoteMapper(max_frame_bytes=_SMALL_FRAME_BYTES)
+    small_pieces = [u for i in range(0, len(body), 7) for u in small_cut.feed(body[i : i + 7])]
+    small_pieces += small_cut.end()
+    if small_pieces != bounded or small_cut.error != small.error:
+        raise AssertionError(f"cutting changed the bounded mapping: {small_cut.error!r}")
+    if small.error != whole.error or bounded != updates:
+        # A smaller limit may only stop earlier, with a typed error that names it.
+        if bounded != updates[: len(bounded)]:
+            raise AssertionError(f"a smaller frame limit changed the mapping: {bounded!r}")
+        if small.error is None or (
+            f"longer than {_SMALL_FRAME_BYTES + 16} bytes" not in small.error.message
+            and f"longer than {_SMALL_FRAME_BYTES} bytes" not in small.error.message
+            and small.error != whole.error
+        ):
+            raise AssertionError(f"a smaller frame limit stopped without saying so: {small.error}")
+    error = whole.error
     if whole.suspended:
         whole.resume()
         updates += whole.feed(body) + whole.end()
     _check(whole, updates)
+    return updates, error
 
 
 def _check(mapper: AguiRemoteMapper, updates: list[TargetUpdate]) -> None:
     if mapper.error is not None and mapper.error.code not in _ERRORS:
         raise AssertionError(f"unexpected error {mapper.error!r}")
+    if sum(u.kind == Kind.STARTED for u in updates) > 1:
+        raise AssertionError(f"more than one start: {updates!r}")
     terminals = [i for i, u in enumerate(updates) if u.kind in Kind.DELEGATION_TERMINALS]
     if len(terminals) > 1 or (terminals and terminals[0] != len(updates) - 1):
         raise AssertionError(f"more than one terminal, or updates after it: {updates!r}")

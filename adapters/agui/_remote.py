@@ -383,10 +383,12 @@ class AguiRemoteMapper:
             self.ignored["after_end"] += 1
             return
         previous, self._previous = self._previous, event
+        kind = event.get("type")
         if (
             previous is not None
-            and event.get("type") in _LIFECYCLE
-            and previous.get("type") == event.get("type")
+            and isinstance(kind, str)
+            and kind in _LIFECYCLE
+            and previous.get("type") == kind
             and previous == event
         ):
             self.ignored["duplicate"] += 1

@@ -345,3 +345,10 @@ async def test_a_user_stop_ends_an_endless_stream_at_once(autojump_clock: trio.a
     assert took < 1.0  # no keep-alive, no timeout waited for
     assert result.remote_cancel == RemoteCancel.CONFIRMED and len(remote.stops) == 1
     assert remote.closed.is_set()
+
+
+@pytest.mark.parametrize("kind", [{}, [], None, 5])
+def test_an_event_whose_type_is_not_a_string_is_malformed_even_when_repeated(kind: Any) -> None:
+    mapper, updates = fed(sse(STARTED, {"type": kind}, {"type": kind}))
+    assert [u.kind for u in updates] == [Kind.STARTED]
+    assert mapper.error is not None and "no string `type`" in mapper.error.message
