@@ -18,6 +18,17 @@ repeat the rules of `engine._delegation.DelegationState`, which consumes its out
 synthesizes a missing start, keeps exactly one terminal, folds unchanged statuses and bounds the
 text.
 
+A hostile remote. Frames are bounded by bytes as they arrive, before any decoding or JSON
+(`max_frame_bytes`). A terminal before RUN_STARTED: RUN_ERROR is the remote's failure (it said
+why), RUN_FINISHED is malformed. A lifecycle event repeated right after itself (the same JSON:
+a retransmission) is ignored, and so is RUN_STARTED again for the run already running; a
+repeated delta is text the remote sent and is kept. A stream is one run
+(https://docs.ag-ui.com/concepts/events, "Lifecycle events"): RUN_STARTED may name a run id of
+the remote's own (it becomes the remote task id), but a second RUN_STARTED for another run, or a
+RUN_FINISHED / RUN_ERROR naming another run or thread, is malformed rather than ignored (ignoring
+a foreign terminal would leave the delegation waiting for one that never comes). A body that ends
+inside a frame is `stream_interrupted`, never a half event.
+
 Theory of operation. RUN_STARTED yields `subagent.started` (the remote run id is the remote task
 id, the thread id the remote context id). TEXT_MESSAGE_* and REASONING_MESSAGE_* keep their
 message lifecycle as `subagent.text.*` / `subagent.reasoning.*`; TOOL_CALL_* become

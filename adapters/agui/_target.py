@@ -28,6 +28,11 @@ says `remote_cancel: unsupported`).
 Streams are left by cancelling the enclosing Trio scope (the delegation actor does that when a
 terminal or an input request arrived), never with `break`. Every error httpx raises becomes a
 typed `DelegationError` whose message never carries a credential.
+
+Nothing a remote sends is held whole: the stream is asked for and read uncompressed (a compressed
+one is refused: httpx would inflate it before any bound could count it) and its raw bytes go
+straight to the mapper, whose decoder bounds each frame; an error answer is read to its first
+2 KiB; a stop answer's body is never read (only its status counts).
 """
 
 from __future__ import annotations
@@ -109,7 +114,8 @@ class AguiAgentConfig:
     forward_headers: Mapping[str, str] = attrs.field(factory=dict)
     forward_identity: bool = False
     request_timeout: float = attrs.field(default=30.0, validator=_positive)
-    #: Longest SSE frame accepted from the remote (`malformed_remote_payload` beyond).
+    #: Longest SSE frame accepted from the remote, in bytes (`malformed_remote_payload` beyond,
+    #: refused while it is read).
     max_frame_bytes: int = MAX_FRAME_BYTES
 
     @property
