@@ -2,11 +2,13 @@
 
 `task`, `on_task`, `on_status` and `on_artifact` make the stream items a client reads
 (`StreamResponse`); every id and context defaults to one task (`task-1` in `ctx-1`), so a test
-names only what it is about.
+names only what it is about. `user_request` is what a client sends: a user's text, with a fresh
+message id, to a new task or (with `task_id`, `context_id`) a follow-up on an existing one.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
 from a2a.types import (
@@ -14,6 +16,7 @@ from a2a.types import (
     Message,
     Part,
     Role,
+    SendMessageRequest,
     StreamResponse,
     Task,
     TaskArtifactUpdateEvent,
@@ -108,3 +111,16 @@ def data_part(value: Any, media_type: str = "") -> Part:
     part = Part(media_type=media_type)
     part.data.CopyFrom(json_format.ParseDict(value, struct_pb2.Value()))
     return part
+
+
+def user_request(text: str, *, task_id: str = "", context_id: str = "") -> SendMessageRequest:
+    """A user's message as a client sends it, with a fresh message id."""
+    return SendMessageRequest(
+        message=Message(
+            role=Role.ROLE_USER,
+            message_id=str(uuid.uuid4()),
+            task_id=task_id,
+            context_id=context_id,
+            parts=[Part(text=text)],
+        )
+    )

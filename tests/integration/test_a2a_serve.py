@@ -22,7 +22,6 @@ import socket
 import subprocess
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
@@ -35,10 +34,6 @@ from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageRequest,
     StreamResponse,
     SubscribeToTaskRequest,
     TaskState,
@@ -64,6 +59,7 @@ from engine import (
     Status,
 )
 from tests.helpers import REPO_ROOT
+from tests.helpers.a2a_builders import user_request
 from tests.helpers.peers import (
     CODEX_MODEL,
     MODEL_KEY_ENV,
@@ -112,12 +108,6 @@ async def sdk_client(served: ServedAgent, binding: str) -> AsyncIterator[Client]
             yield client
         finally:
             await client.close()
-
-
-def message(text: str) -> SendMessageRequest:
-    return SendMessageRequest(
-        message=Message(role=Role.ROLE_USER, message_id=str(uuid.uuid4()), parts=[Part(text=text)])
-    )
 
 
 def state_of(event: StreamResponse) -> str:
@@ -232,7 +222,7 @@ async def test_get_task_after_the_end_has_the_final_state_and_subscribe_is_refus
 ) -> None:
     async with sdk_client(reply_agent, binding) as client:
         with trio.fail_after(10):
-            events = [event async for event in client.send_message(message(OBJECTIVE))]
+            events = [event async for event in client.send_message(user_request(OBJECTIVE))]
         assert [state_of(e) for e in events] == [
             "task:TASK_STATE_SUBMITTED",
             "TASK_STATE_WORKING",
@@ -262,7 +252,7 @@ async def test_subscribe_mid_task_follows_it_to_the_cancel(
     async with sdk_client(slow_agent, binding) as client:
         task_id = ""
         with trio.fail_after(10), trio.CancelScope() as scope:
-            async for event in client.send_message(message("go slowly")):
+            async for event in client.send_message(user_request("go slowly")):
                 task_id = task_id or event.task.id
                 if event.HasField("artifact_update"):
                     scope.cancel()  # leave the first stream: the task keeps running

@@ -24,10 +24,7 @@ from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
     Role,
-    SendMessageRequest,
     StreamResponse,
     SubscribeToTaskRequest,
     TaskState,
@@ -35,6 +32,7 @@ from a2a.types import (
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 
 from adapters._asyncgens import closing_abandoned_generators
+from tests.helpers.a2a_builders import user_request
 from tests.helpers.peers import (
     CODEX_MODEL,
     MODEL_KEY_ENV,
@@ -75,18 +73,6 @@ async def sdk_client(served: ServedAgent, binding: str = JSONRPC) -> AsyncIterat
             await client.close()
 
 
-def message(text: str, *, task_id: str = "", context_id: str = "") -> SendMessageRequest:
-    return SendMessageRequest(
-        message=Message(
-            role=Role.ROLE_USER,
-            message_id=str(uuid.uuid4()),
-            task_id=task_id,
-            context_id=context_id,
-            parts=[Part(text=text)],
-        )
-    )
-
-
 def state_of(event: StreamResponse) -> str:
     kind = event.WhichOneof("payload")
     if kind == "task":
@@ -103,7 +89,7 @@ def status_text(event: StreamResponse) -> str:
 async def until_input_required(client: Client, text: str) -> list[StreamResponse]:
     """Send `text` as a new task; the stream's events up to where it ends (input-required)."""
     with trio.fail_after(10):
-        return [event async for event in client.send_message(message(text))]
+        return [event async for event in client.send_message(user_request(text))]
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
@@ -128,7 +114,7 @@ async def _asks_and_completes(ask_agent: ServedAgent, client: Client) -> None:
         second = [
             event
             async for event in client.send_message(
-                message("three bullet points", task_id=task_id, context_id=context_id)
+                user_request("three bullet points", task_id=task_id, context_id=context_id)
             )
         ]
     states = [state_of(e) for e in second]
@@ -148,7 +134,9 @@ async def _asks_and_completes(ask_agent: ServedAgent, client: Client) -> None:
     assert user_texts == [PROMPT, "three bullet points"]
     # A follow-up to the completed task is refused with a typed error.
     with pytest.raises(UnsupportedOperationError):
-        async for _ in client.send_message(message("more", task_id=task_id, context_id=context_id)):
+        async for _ in client.send_message(
+            user_request("more", task_id=task_id, context_id=context_id)
+        ):
             pass
     health = await ask_agent.idle()
     assert health["tasks_running"] == 0 and health["parent_threads"] == 0
@@ -173,7 +161,7 @@ async def _cancel_while_waiting(ask_agent: ServedAgent, client: Client) -> None:
     health = await ask_agent.idle()
     assert health["tasks_running"] == 0 and health["parent_threads"] == 0
     with pytest.raises(UnsupportedOperationError):
-        async for _ in client.send_message(message("late", task_id=task_id)):
+        async for _ in client.send_message(user_request("late", task_id=task_id)):
             pass
 
 
@@ -190,11 +178,11 @@ async def _refused_follow_ups(ask_agent: ServedAgent, client: Client) -> None:
     # Another context than the task's.
     with pytest.raises(InvalidParamsError):
         async for _ in client.send_message(
-            message("x", task_id=task_id, context_id=str(uuid.uuid4()))
+            user_request("x", task_id=task_id, context_id=str(uuid.uuid4()))
         ):
             pass
     # No text to answer with.
-    blank = message(" ", task_id=task_id, context_id=context_id)
+    blank = user_request(" ", task_id=task_id, context_id=context_id)
     with pytest.raises(InvalidParamsError):
         async for _ in client.send_message(blank):
             pass
@@ -202,7 +190,7 @@ async def _refused_follow_ups(ask_agent: ServedAgent, client: Client) -> None:
     assert task.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
     # Without a contextId the follow-up continues the task's own context.
     with trio.fail_after(10):
-        second = [e async for e in client.send_message(message("a table", task_id=task_id))]
+        second = [e async for e in client.send_message(user_request("a table", task_id=task_id))]
     assert state_of(second[-1]) == "TASK_STATE_COMPLETED"
     assert second[-1].status_update.context_id == context_id
     assert status_text(second[-1]).endswith("as you asked: a table.")
@@ -238,7 +226,7 @@ async def _no_answer_in_time(impatient_agent: ServedAgent, client: Client) -> No
     assert "no answer (no_answer)" in final and "within 0.5 s" in final
     # The question's wait is over: a late answer is refused.
     with pytest.raises(UnsupportedOperationError):
-        async for _ in client.send_message(message("too late", task_id=task_id)):
+        async for _ in client.send_message(user_request("too late", task_id=task_id)):
             pass
     await impatient_agent.idle()
 
@@ -282,7 +270,7 @@ async def test_a_served_cli_asks_through_input_required_and_its_next_turn_sees_t
                 first = [
                     event
                     async for event in client.send_message(
-                        message(f"ASK: {CLI_QUESTION}\nWrite the report.")
+                        user_request(f"ASK: {CLI_QUESTION}\nWrite the report.")
                     )
                 ]
             assert state_of(first[-1]) == "TASK_STATE_INPUT_REQUIRED", served.stderr()
@@ -292,7 +280,7 @@ async def test_a_served_cli_asks_through_input_required_and_its_next_turn_sees_t
                 second = [
                     event
                     async for event in client.send_message(
-                        message("Teal, please.", task_id=task_id, context_id=context_id)
+                        user_request("Teal, please.", task_id=task_id, context_id=context_id)
                     )
                 ]
             task = await client.get_task(GetTaskRequest(id=task_id))

@@ -7,7 +7,6 @@ it. They use the a2a-sdk client under Trio and leave streams by cancel scope, ne
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -27,9 +26,6 @@ from a2a.client import (
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
-    Message,
-    Part,
-    Role,
     SendMessageRequest,
     StreamResponse,
     SubscribeToTaskRequest,
@@ -37,6 +33,7 @@ from a2a.types import (
 )
 from a2a.utils.errors import TaskNotCancelableError
 
+from tests.helpers.a2a_builders import user_request
 from tests.helpers.peers import A2AFaultyServer
 
 JSONRPC, REST = "JSONRPC", "HTTP+JSON"
@@ -69,18 +66,6 @@ async def a2a_client(
             await client.close()
 
 
-def request(text: str, *, task_id: str = "", context_id: str = "") -> SendMessageRequest:
-    return SendMessageRequest(
-        message=Message(
-            role=Role.ROLE_USER,
-            message_id=str(uuid.uuid4()),
-            task_id=task_id,
-            context_id=context_id,
-            parts=[Part(text=text)],
-        )
-    )
-
-
 async def send_into(
     events: list[StreamResponse], client: Client, req: SendMessageRequest
 ) -> list[StreamResponse]:
@@ -99,7 +84,7 @@ async def start_working(client: Client, text: str) -> str:
     """Send, wait for WORKING, then leave the stream by cancel scope. Returns the task id."""
     task_id = ""
     with trio.fail_after(5), trio.CancelScope() as scope:
-        async for event in client.send_message(request(text)):
+        async for event in client.send_message(user_request(text)):
             if event.HasField("task"):
                 task_id = event.task.id
             if (
@@ -154,7 +139,7 @@ async def test_stream_chunks_report_and_completion(
 ) -> None:
     headers = {"x-user-id": "u-7", "x-tenant": "acme"}
     async with a2a_client(a2a_server, "stream", binding=binding, headers=headers) as client:
-        events = await send_all(client, request("hello"))
+        events = await send_all(client, user_request("hello"))
     assert kinds(events) == [
         "task",
         "TASK_STATE_WORKING",
@@ -186,7 +171,7 @@ async def test_stream_chunks_report_and_completion(
 
 async def test_nostream_card_and_polling(a2a_server: A2AFaultyServer) -> None:
     async with a2a_client(a2a_server, "nostream", polling=True) as client:
-        [first] = await send_all(client, request("poll me"))  # SendMessage, returnImmediately
+        [first] = await send_all(client, user_request("poll me"))  # SendMessage, returnImmediately
         assert first.task.status.state == TaskState.TASK_STATE_SUBMITTED
         states = [first.task.status.state]
         with trio.fail_after(5):
@@ -215,11 +200,11 @@ async def test_nostream_card_and_polling(a2a_server: A2AFaultyServer) -> None:
 
 async def test_fail_and_reject_are_terminal(a2a_server: A2AFaultyServer) -> None:
     async with a2a_client(a2a_server, "fail") as client:
-        events = await send_all(client, request("x"))
+        events = await send_all(client, user_request("x"))
     assert kinds(events) == ["task", "TASK_STATE_WORKING", "TASK_STATE_FAILED"]
     assert status_text(events[-1]) == "failed: simulated failure"
     async with a2a_client(a2a_server, "reject", binding=REST) as client:
-        events = await send_all(client, request("x"))
+        events = await send_all(client, user_request("x"))
     assert kinds(events) == ["task", "TASK_STATE_REJECTED"]
     assert status_text(events[-1]).startswith("rejected")
 
@@ -228,7 +213,7 @@ async def test_drop_aborts_stream_then_subscribe_recovers(a2a_server: A2AFaultyS
     events: list[StreamResponse] = []
     async with a2a_client(a2a_server, "drop") as client:
         with pytest.raises(A2AClientError, match="Network communication error"):
-            await send_into(events, client, request("x"))
+            await send_into(events, client, user_request("x"))
         assert kinds(events) == ["task", "TASK_STATE_WORKING", "artifact:assistant-output"]
         task_id = events[0].task.id
         with trio.fail_after(5):
@@ -248,7 +233,7 @@ async def test_dropclean_ends_quietly_then_get_task_completes(
     a2a_server: A2AFaultyServer,
 ) -> None:
     async with a2a_client(a2a_server, "dropclean", binding=REST) as client:
-        events = await send_all(client, request("x"))  # no error, no terminal
+        events = await send_all(client, user_request("x"))  # no error, no terminal
         assert kinds(events) == ["task", "TASK_STATE_WORKING", "artifact:assistant-output"]
         task_id = events[0].task.id
         assert (await client.get_task(GetTaskRequest(id=task_id))).status.state == (
@@ -266,7 +251,7 @@ async def test_dropclean_ends_quietly_then_get_task_completes(
 
 async def test_dup_sends_every_event_twice(a2a_server: A2AFaultyServer) -> None:
     async with a2a_client(a2a_server, "dup") as client:
-        events = await send_all(client, request("x"))
+        events = await send_all(client, user_request("x"))
     assert kinds(events) == [
         "task",
         *["TASK_STATE_WORKING"] * 2,
@@ -278,11 +263,11 @@ async def test_dup_sends_every_event_twice(a2a_server: A2AFaultyServer) -> None:
 
 async def test_input_required_then_continues_on_answer(a2a_server: A2AFaultyServer) -> None:
     async with a2a_client(a2a_server, "input") as client:
-        first = await send_all(client, request("start"))
+        first = await send_all(client, user_request("start"))
         assert kinds(first) == ["task", "TASK_STATE_WORKING", "TASK_STATE_INPUT_REQUIRED"]
         assert status_text(first[-1]) == "What is your name?"
         task = first[0].task
-        answer = request("Ada", task_id=task.id, context_id=task.context_id)
+        answer = user_request("Ada", task_id=task.id, context_id=task.context_id)
         second = await send_all(client, answer)
     assert kinds(second) == [
         "TASK_STATE_WORKING",
@@ -301,10 +286,10 @@ async def test_input_required_then_continues_on_answer(a2a_server: A2AFaultyServ
 async def test_auth_401_without_token_works_with_it(a2a_server: A2AFaultyServer) -> None:
     async with a2a_client(a2a_server, "auth") as client:  # the card itself needs no token
         with pytest.raises(A2AClientError, match="401"):
-            await send_all(client, request("x"))
+            await send_all(client, user_request("x"))
     token = {"Authorization": "Bearer test-token"}
     async with a2a_client(a2a_server, "auth", binding=REST, headers=token) as client:
-        events = await send_all(client, request("x"))
+        events = await send_all(client, user_request("x"))
     assert kinds(events)[-1] == "TASK_STATE_COMPLETED"
     log = a2a_server.log()["auth"]
     assert any(r["authorization_present"] is False for r in log["auth_rejections"])
@@ -372,7 +357,7 @@ async def test_nocancel_refuses_and_hangcancel_never_answers(
 
 async def test_huge_artifact_chunk_arrives_whole(a2a_server: A2AFaultyServer) -> None:
     async with a2a_client(a2a_server, "huge") as client:
-        events = await send_all(client, request("x"))
+        events = await send_all(client, user_request("x"))
     assert kinds(events) == [
         "task",
         "TASK_STATE_WORKING",
