@@ -309,6 +309,27 @@ async def test_a_malformed_card_keeps_the_engine_from_starting(
     assert agent.target._pools.streams.is_closed  # type: ignore[attr-defined]
 
 
+async def test_a_card_past_the_frame_limit_is_refused_before_it_is_parsed(
+    nursery: trio.Nursery,
+) -> None:
+    """A card is a body read from a remote like any other: past `max_frame_bytes` it is not read
+    further, and the agent is refused as a card to fix (the same card is as large next time)."""
+    huge = {"name": "big", "description": "x" * (2 * 1024 * 1024)}
+    scenario = await nursery.start(serve_raw_a2a, RawScenario(card_override=huge))
+    config = A2AAgentConfig(card_url=scenario.card_url, max_frame_bytes=64 * 1024)
+    agent = AgentSpec(key="remote", protocol="a2a", target=A2ATarget(config))
+    with pytest.raises(TargetPrepareError) as refused:
+        async with Engine([agent]):
+            raise AssertionError("the engine started")
+    error = refused.value.failures["remote"]
+    assert error.code == ErrorCode.AGENT_UNAVAILABLE and not error.retryable
+    assert error.metadata is not None
+    assert error.metadata["reason"] == "frame_too_large"
+    assert error.metadata["limit_bytes"] == 64 * 1024
+    assert "xxxx" not in error.message
+    assert scenario.requests == []
+
+
 async def test_a_card_that_turns_malformed_fails_the_delegation_before_any_task(
     nursery: trio.Nursery, monkeypatch: pytest.MonkeyPatch
 ) -> None:
