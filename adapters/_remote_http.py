@@ -34,12 +34,15 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+import attrs
 import httpx
 
-from engine import DelegationTask, RemoteTaskRef
+from engine import DelegationTask, RegistryError, RemoteTaskRef
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
+    "MAX_FRAME_LIMIT",
+    "MIN_FRAME_LIMIT",
     "SHARD_REQUESTS",
     "FrameBoundedStream",
     "FrameTooLargeError",
@@ -51,6 +54,7 @@ __all__ = [
     "http_pools",
     "identity_headers",
     "origin",
+    "valid_frame_limit",
     "ref_identity_headers",
     "task_text",
 ]
@@ -86,6 +90,22 @@ class OriginBoundAuth(httpx.Auth):
 
 #: The default bound on one event of a remote's event stream, and on any other response body.
 DEFAULT_MAX_FRAME_BYTES: Final = 8 << 20
+
+#: The bounds a host may set a frame limit in: below a few KiB an ordinary card or status would
+#: not fit; above 1 GiB it bounds nothing a host would want to hold.
+MIN_FRAME_LIMIT: Final = 4 << 10
+MAX_FRAME_LIMIT: Final = 1 << 30
+
+
+def valid_frame_limit(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    """attrs validator of a `max_frame_bytes` setting: a whole number of bytes within
+    `MIN_FRAME_LIMIT`..`MAX_FRAME_LIMIT`, else `RegistryError` naming the setting."""
+    if type(value) is not int or not MIN_FRAME_LIMIT <= value <= MAX_FRAME_LIMIT:
+        raise RegistryError(
+            f"{attribute.name} must be a whole number of bytes from {MIN_FRAME_LIMIT} to "
+            f"{MAX_FRAME_LIMIT}, got {value!r}"
+        )
+
 
 #: What the error keeps of the frame it refused (to tell what it was, e.g. an artifact chunk).
 FRAME_HEAD_BYTES: Final = 256

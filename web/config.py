@@ -68,7 +68,7 @@ from typing import Any, Final
 import attrs
 
 from adapters import a2a, agui
-from adapters.agent_protocols import AgentProtocol, AgentSettings
+from adapters.agent_protocols import AgentProtocol, AgentSettings, parse_byte_size
 from adapters.agui import DEFAULT_MODE, MODES
 from adapters.listener import is_bearer_credential
 from adapters.parents import (
@@ -153,6 +153,7 @@ _COMMON_AGENT_SETTINGS: Final = frozenset(
         "auth",
         "trusted_origins",
         "forward_identity",
+        "max_frame_bytes",
         "shortcut",
         "policy",
     }
@@ -193,6 +194,8 @@ class AgentEntry:
     auth: AuthEntry | None = None
     trusted_origins: tuple[str, ...] = ()
     forward_identity: bool = False
+    #: The most bytes one frame or body from the agent may hold (None: its protocol's default).
+    max_frame_bytes: int | None = None
     shortcut: bool = False
     policy: DelegationPolicy = attrs.field(factory=DelegationPolicy)
 
@@ -204,6 +207,7 @@ class AgentEntry:
             auth_header=auth_header,
             trusted_origins=self.trusted_origins,
             forward_identity=self.forward_identity,
+            max_frame_bytes=self.max_frame_bytes,
         )
 
 
@@ -718,6 +722,7 @@ class _Reader:
             "auth": auth,
             "trusted_origins": self.strings(table, path, "trusted_origins"),
             "forward_identity": self.get(table, path, "forward_identity", bool, False),
+            "max_frame_bytes": self.byte_size(table, path, "max_frame_bytes"),
             "shortcut": self.get(table, path, "shortcut", bool, False),
             "policy": self.attrs_table(
                 table.get("policy", {}), (*path, "policy"), DelegationPolicy
@@ -735,13 +740,24 @@ class _Reader:
             # Located at the setting its message names (the longest, so `stop_url` beats
             # `url`; said once, by the location), else at the agent.
             message = str(exc)
-            named = [s for s in settings if re.search(rf"\b{re.escape(s)}\b", message)]
+            candidates = [*settings, *(["max_frame_bytes"] if "max_frame_bytes" in table else [])]
+            named = [s for s in candidates if re.search(rf"\b{re.escape(s)}\b", message)]
             if not named:
                 raise self.fail(path, message) from None
             culprit = max(named, key=len)
             message = message.removeprefix(f"{culprit} ")
             raise self.fail((*path, culprit), message) from None
         return entry
+
+    def byte_size(self, table: Mapping[str, Any], path: _Path, name: str) -> int | None:
+        """A size given as a string ("8 MiB", "512 KiB", "65536"), or None when absent."""
+        text = self.get(table, path, name, str)
+        if text is None:
+            return None
+        try:
+            return parse_byte_size(name, text)
+        except ValueError as exc:
+            raise self.fail((*path, name), str(exc).removeprefix(f"{name} ")) from None
 
     def attrs_table(self, value: Any, path: _Path, cls: type[Any]) -> Any:
         """An attrs class (policy, limits) from a table: known fields, right types, and the

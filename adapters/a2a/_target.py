@@ -71,6 +71,7 @@ from adapters._remote_http import (
     identity_headers,
     ref_identity_headers,
     task_text,
+    valid_frame_limit,
 )
 from adapters.a2a._card import CardInfo, validate_card
 from adapters.a2a._mapping import A2AEventMapper
@@ -139,20 +140,6 @@ def _positive_seconds(_: Any, attribute: attrs.Attribute[Any], value: float) -> 
         raise RegistryError(f"{attribute.name} must be positive, got {value!r}")
 
 
-#: The bounds a frame limit may take: below a few KiB an ordinary card or status would not fit;
-#: above 1 GiB it bounds nothing a host would want to hold.
-MIN_FRAME_BYTES: Final = 4 << 10
-MAX_FRAME_BYTES: Final = 1 << 30
-
-
-def _frame_bytes(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
-    if type(value) is not int or not MIN_FRAME_BYTES <= value <= MAX_FRAME_BYTES:
-        raise RegistryError(
-            f"{attribute.name} must be a whole number of bytes from {MIN_FRAME_BYTES} to "
-            f"{MAX_FRAME_BYTES}, got {value!r}"
-        )
-
-
 @attrs.frozen(kw_only=True)
 class A2AAgentConfig:
     """How the host reaches one A2A agent. The model never sees any of this.
@@ -186,7 +173,7 @@ class A2AAgentConfig:
     #: remote can make the engine hold (a 50 MiB event cost ~440 MiB of peak memory when parsed
     #: whole). Keep it above the largest artifact chunk the agent legitimately sends; a
     #: caller-given `http` client is used as it is, without this bound.
-    max_frame_bytes: int = attrs.field(default=DEFAULT_MAX_FRAME_BYTES, validator=_frame_bytes)
+    max_frame_bytes: int = attrs.field(default=DEFAULT_MAX_FRAME_BYTES, validator=valid_frame_limit)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -460,27 +447,10 @@ class A2ATarget:
         await self._pools.aclose()
 
 
-_SIZE: Final = re.compile(r"\s*(\d{1,10})\s*(B|KiB|MiB|GiB)?\s*")
-_SIZE_UNITS: Final = {None: 1, "B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
-
-
-def parse_byte_size(setting: str, text: str) -> int:
-    """A size a host's configuration gives as a string: bytes, or a number with `B`, `KiB`,
-    `MiB` or `GiB` ("8 MiB"). Raises `ValueError` naming `setting`."""
-    match = _SIZE.fullmatch(text)
-    if match is None:
-        raise ValueError(
-            f"{setting} must be a number of bytes, or one with a unit B, KiB, MiB or GiB "
-            f'("8 MiB"); got {text!r}'
-        )
-    return int(match.group(1)) * _SIZE_UNITS[match.group(2)]
-
-
 def _configure(agent: AgentSettings) -> A2AAgentConfig:
-    frame = agent.settings.get("max_frame_bytes")
     limits: dict[str, Any] = {}
-    if frame is not None:
-        limits["max_frame_bytes"] = parse_byte_size("max_frame_bytes", frame)
+    if agent.max_frame_bytes is not None:
+        limits["max_frame_bytes"] = agent.max_frame_bytes
     return A2AAgentConfig(
         card_url=agent.settings["card_url"],
         tenant=agent.tenant,
@@ -495,7 +465,7 @@ def _configure(agent: AgentSettings) -> A2AAgentConfig:
 #: one frame of it may hold is `max_frame_bytes` ("8 MiB" by default).
 AGENT_PROTOCOL: Final = AgentProtocol(
     name="a2a",
-    settings={"card_url": True, "max_frame_bytes": False},
+    settings={"card_url": True},
     reached="an A2A agent is found by its `card_url`",
     configure=_configure,
     target=A2ATarget,

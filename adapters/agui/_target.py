@@ -53,6 +53,7 @@ from adapters._remote_http import (
     identity_headers,
     ref_identity_headers,
     task_text,
+    valid_frame_limit,
 )
 from adapters.agent_protocols import AgentProtocol, AgentSettings
 from adapters.agui._remote import MAX_FRAME_BYTES, AguiRemoteMapper
@@ -116,7 +117,7 @@ class AguiAgentConfig:
     request_timeout: float = attrs.field(default=30.0, validator=_positive)
     #: Longest SSE frame accepted from the remote, in bytes (`malformed_remote_payload` beyond,
     #: refused while it is read).
-    max_frame_bytes: int = MAX_FRAME_BYTES
+    max_frame_bytes: int = attrs.field(default=MAX_FRAME_BYTES, validator=valid_frame_limit)
 
     @property
     def secrets(self) -> tuple[str, ...]:
@@ -234,6 +235,9 @@ class AguiTarget:
 
 
 def _configure(agent: AgentSettings) -> AguiAgentConfig:
+    limits: dict[str, Any] = {}
+    if agent.max_frame_bytes is not None:
+        limits["max_frame_bytes"] = agent.max_frame_bytes
     return AguiAgentConfig(
         url=agent.settings["url"],
         stop_url=agent.settings.get("stop_url"),
@@ -241,11 +245,13 @@ def _configure(agent: AgentSettings) -> AguiAgentConfig:
         auth_header=agent.auth_header,
         trusted_origins=agent.trusted_origins,
         forward_identity=agent.forward_identity,
+        **limits,
     )
 
 
 #: AG-UI as a host's configuration file declares it: an agent is an endpoint URL, with an
-#: optional stop endpoint.
+#: optional stop endpoint; the most bytes one frame of its stream may hold is `max_frame_bytes`
+#: ("4 MiB" by default).
 AGENT_PROTOCOL: Final = AgentProtocol(
     name="agui",
     settings={"url": True, "stop_url": False},

@@ -1,5 +1,5 @@
-"""`max_frame_bytes` of an A2A agent: validated in `A2AAgentConfig`, given by a host's TOML as a
-size string (`AGENT_PROTOCOL`)."""
+"""`max_frame_bytes` of an A2A agent: validated in `A2AAgentConfig`, given by a host's configuration
+(`AgentSettings.max_frame_bytes`, read from TOML as a size string)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import pytest
 
 from adapters._remote_http import DEFAULT_MAX_FRAME_BYTES
 from adapters.a2a import AGENT_PROTOCOL, A2AAgentConfig
-from adapters.a2a._target import parse_byte_size
-from adapters.agent_protocols import AgentSettings
+from adapters.agent_protocols import AgentSettings, parse_byte_size
 from engine import RegistryError
 
 CARD = "http://127.0.0.1:1/.well-known/agent-card.json"
@@ -39,10 +38,10 @@ def test_a_limit_out_of_bounds_is_refused(value: object) -> None:
 
 
 def test_a_host_configuration_sets_it_per_agent() -> None:
-    settings = AgentSettings(settings={"card_url": CARD, "max_frame_bytes": "16 MiB"})
+    settings = AgentSettings(settings={"card_url": CARD}, max_frame_bytes=16 << 20)
     assert AGENT_PROTOCOL.configure(settings).max_frame_bytes == 16 << 20
     assert AGENT_PROTOCOL.configure(AgentSettings(settings={"card_url": CARD})).max_frame_bytes == (
         DEFAULT_MAX_FRAME_BYTES
     )
-    with pytest.raises(ValueError, match="max_frame_bytes"):
-        AGENT_PROTOCOL.configure(AgentSettings(settings={"card_url": CARD, "max_frame_bytes": "1"}))
+    with pytest.raises(RegistryError, match="max_frame_bytes"):
+        AGENT_PROTOCOL.configure(AgentSettings(settings={"card_url": CARD}, max_frame_bytes=1))

@@ -296,6 +296,34 @@ def test_an_agui_agent_is_an_endpoint_url_with_an_optional_stop_url() -> None:
     )
 
 
+def test_every_remote_agent_may_bound_its_frames_by_a_size_string() -> None:
+    config = parse_config(
+        textwrap.dedent(
+            """
+            [[agents]]
+            key = "writer"
+            protocol = "agui"
+            url = "http://127.0.0.1:1/run"
+            max_frame_bytes = "16 MiB"
+
+            [[agents]]
+            key = "research"
+            card_url = "http://127.0.0.1:1/.well-known/agent-card.json"
+            max_frame_bytes = "512 KiB"
+
+            [[agents]]
+            key = "plain"
+            card_url = "http://127.0.0.1:2/.well-known/agent-card.json"
+            """
+        ),
+        "host.toml",
+    )
+    writer, research, plain = config.agent_specs({})
+    assert writer.target.config.max_frame_bytes == 16 << 20  # type: ignore[attr-defined]
+    assert research.target.config.max_frame_bytes == 512 << 10  # type: ignore[attr-defined]
+    assert plain.target.config.max_frame_bytes == 8 << 20  # type: ignore[attr-defined]
+
+
 def test_agui_agent_specs_get_an_agui_target_with_the_credential() -> None:
     from adapters.agui import AguiTarget
 
@@ -363,6 +391,26 @@ def test_an_agui_agent_without_stop_url_cannot_cancel_beyond_closing_its_stream(
             4,
             "agents[0].stop_url",
             "is for agui agents only",
+        ),
+        (
+            '[[agents]]\nkey = "r"\ncard_url = "http://h/c"\nmax_frame_bytes = "8 MB"\n',
+            4,
+            "agents[0].max_frame_bytes",
+            "must be a number of bytes, or one with a unit",
+        ),
+        (
+            '[[agents]]\nkey = "w"\nprotocol = "agui"\nurl = "http://h/run"\n'
+            'max_frame_bytes = "1 KiB"\n',
+            5,
+            "agents[0].max_frame_bytes",
+            "must be a whole number of bytes from 4096",
+        ),
+        (
+            '[[agents]]\nkey = "w"\nprotocol = "agui"\nurl = "http://h/run"\n'
+            "max_frame_bytes = 65536\n",
+            5,
+            "agents[0].max_frame_bytes",
+            "must be a string",
         ),
     ],
 )
