@@ -589,6 +589,8 @@ class _ServedTask:
     paused: asyncio.Event = attrs.field(factory=asyncio.Event)
     #: The relay of the run's events into the task, from the first message to the terminal.
     relay: asyncio.Task[None] | None = None
+    #: What the run journaled while its question was open, mapped once the task works again.
+    held: list[DelegationEvent] = attrs.field(factory=list)
 
 
 class ParentAgentExecutor(ServedExecutor):
@@ -712,7 +714,8 @@ class ParentAgentExecutor(ServedExecutor):
                 return  # its wait ended meanwhile: the relay resumes the task
             served.waiting = None
             served.paused = asyncio.Event()
-            for update in served.mapper.resume():
+            held, served.held = served.held, []
+            for update in [*served.mapper.resume(), *served.mapper.feed(held)]:
                 await event_queue.enqueue_event(update)
         await self._until_paused_or_ended(served)
 
@@ -773,29 +776,45 @@ class ParentAgentExecutor(ServedExecutor):
     def _map_batch(self, served: _ServedTask, batch: list[DelegationEvent]) -> list[A2AUpdate]:
         """The updates of one batch, with the requester's questions (those the thread really
         has open: a parent's own custom event cannot pose as one) as input-required and a
-        wait that ended unanswered as working again."""
-        mapper, out, start = served.mapper, [], 0
-        for index, event in enumerate(batch):
-            if event.kind != Kind.PARENT_CUSTOM or event.name not in (
-                QUESTION_EVENT,
-                NO_ANSWER_EVENT,
+        wait that ended unanswered as working again. While a question is open, what the run
+        journals meanwhile (a CLI reports the call it is blocked in only after the call
+        reached us, say) is held, not mapped: mapped, it would turn the task `working` while it
+        waits, and go to no request's stream. The answer (`_continue`) or the end of the wait
+        releases it after the task turned `working` again; a run terminal releases it too."""
+        mapper, out = served.mapper, list[A2AUpdate]()
+        pending: list[DelegationEvent] = []
+        for event in batch:
+            if event.kind == Kind.PARENT_CUSTOM and event.name == QUESTION_EVENT:
+                question_id = event.message_id
+                if (
+                    served.waiting is None
+                    and question_id is not None
+                    and served.thread.open_question == question_id
+                ):
+                    out += mapper.feed(pending)
+                    pending = []
+                    out += mapper.interrupt(event.text or "")
+                    served.waiting = question_id
+                    continue
+            elif (
+                event.kind == Kind.PARENT_CUSTOM
+                and event.name == NO_ANSWER_EVENT
+                and served.waiting is not None
+                and served.waiting == event.message_id
             ):
-                continue
-            question_id = event.message_id
-            if event.name == QUESTION_EVENT:
-                if question_id is None or served.thread.open_question != question_id:
-                    continue
-                out += mapper.feed(batch[start:index])
-                out += mapper.interrupt(event.text or "")
-                served.waiting = question_id
-            else:
-                if served.waiting is None or served.waiting != question_id:
-                    continue
-                out += mapper.feed(batch[start:index])
                 out += mapper.resume(event.text)
                 served.waiting = None
-            start = index + 1
-        out += mapper.feed(batch[start:])
+                pending, served.held = served.held, []
+                continue
+            if served.waiting is None:
+                pending.append(event)
+            elif event.kind in Kind.RUN_TERMINALS:
+                # The run ended while it waited (cancelled, say): everything, then its end.
+                pending += [*served.held, event]
+                served.held = []
+            else:
+                served.held.append(event)
+        out += mapper.feed(pending)
         return out
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

@@ -54,3 +54,82 @@ def test_resume_is_working_again_with_an_optional_note_and_nothing_after_the_end
     assert noted.status.message.parts[0].text == "No answer came within 5 s."  # type: ignore[union-attr]
     m.conclude("canceled")
     assert m.interrupt("late?") == [] and m.resume("late") == []
+
+
+class _AskingThread:
+    """What `_map_batch` reads of a task's run thread: the question it has open."""
+
+    def __init__(self, open_question: str | None) -> None:
+        self.open_question = open_question
+
+
+def _executor() -> Any:
+    from adapters.a2a.serving import ParentAgentExecutor, ServedParent
+
+    def no_engine(_: Any) -> Any:
+        raise AssertionError("no engine in a mapping test")
+
+    return ParentAgentExecutor(
+        ServedParent(
+            name="n",
+            description="d",
+            label="scripted",
+            make_parent=lambda: None,  # type: ignore[arg-type, return-value]
+            open_engine=no_engine,
+        )
+    )
+
+
+def _served(question: str | None) -> Any:
+    from adapters.a2a.serving import QUESTION_EVENT, _ServedTask
+
+    served = _ServedTask(_AskingThread(question), mapper(), None)  # type: ignore[arg-type]
+    return served, QUESTION_EVENT
+
+
+def test_what_the_run_journals_while_its_question_is_open_waits_for_the_answer() -> None:
+    """A CLI may report the tool call it is blocked in only after the call reached us: mapped
+    at once, that would turn the waiting task `working` on no request's stream. It is held,
+    and comes after the task works again (here, after the wait ended unanswered)."""
+    from adapters.a2a.serving import NO_ANSWER_EVENT
+
+    executor = _executor()
+    served, question_event = _served("q-1")
+    executor._map_batch(served, [ev(Kind.RUN_STARTED)])
+    asked = executor._map_batch(
+        served, [ev(Kind.PARENT_CUSTOM, name=question_event, message_id="q-1", text="Which?")]
+    )
+    assert [u.status.state for u in asked] == [TaskState.TASK_STATE_INPUT_REQUIRED]
+    meanwhile = [
+        ev(Kind.PARENT_TOOL_CALL_START, tool_call_id="c1", tool_name="ask_requester"),
+        ev(Kind.PARENT_TOOL_CALL_END, tool_call_id="c1"),
+    ]
+    assert executor._map_batch(served, meanwhile) == []  # held: the task still waits
+    assert served.waiting == "q-1" and served.held == meanwhile
+    served.thread.open_question = None
+    resumed = executor._map_batch(
+        served, [ev(Kind.PARENT_CUSTOM, name=NO_ANSWER_EVENT, message_id="q-1", text="None.")]
+    )
+    assert resumed[0].status.state == TaskState.TASK_STATE_WORKING
+    assert resumed[0].status.message.parts[0].text == "None."
+    assert [u.status.message.parts[0].text for u in resumed[1:]] == ["Calling ask_requester (c1)"]
+    assert served.waiting is None and served.held == []
+
+
+def test_a_run_that_ends_while_its_question_is_open_releases_what_it_held_then_ends() -> None:
+    executor = _executor()
+    served, question_event = _served("q-1")
+    executor._map_batch(served, [ev(Kind.RUN_STARTED)])
+    executor._map_batch(
+        served, [ev(Kind.PARENT_CUSTOM, name=question_event, message_id="q-1", text="Which?")]
+    )
+    ended = executor._map_batch(
+        served,
+        [
+            ev(Kind.PARENT_TOOL_CALL_START, tool_call_id="c1", tool_name="ask_requester"),
+            ev(Kind.PARENT_TOOL_CALL_END, tool_call_id="c1"),
+            ev(Kind.RUN_CANCELLED, text="stopped"),
+        ],
+    )
+    assert ended[-1].status.state == TaskState.TASK_STATE_CANCELED
+    assert served.mapper.done and served.held == []
