@@ -3,9 +3,12 @@
     python -m tests.helpers.frame_memory_probe WARMUP_CARD_URL BIG_CARD_URL [MAX_FRAME_BYTES]
 
 One small delegation first (warm-up: imports, pools, the SDK's lazy parts), then one to the agent
-that sends the big frame; prints one JSON line: peak RSS (KiB, `ru_maxrss`) after each, the big
-delegation's status, error code and remote cancel, and whether a third small delegation still
-worked (the run and the target stay usable).
+that sends the big frame; prints one JSON line: peak RSS (KiB, `ru_maxrss`) after each, the RSS
+just before the big delegation and the peak during it (the kernel's high-water mark `VmHWM`,
+reset first through `/proc/self/clear_refs`: `ru_maxrss` of a process started by another starts
+at that parent's size, which can hide the growth being measured), the big delegation's status,
+error code and remote cancel, and whether a third small delegation still worked (the run and the
+target stay usable). Linux only.
 """
 
 from __future__ import annotations
@@ -36,13 +39,28 @@ def _peak_kib() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
+def _status_kib(field: str) -> int:
+    """A memory figure of this process from /proc/self/status (`VmRSS`, `VmHWM`), in KiB."""
+    with open("/proc/self/status") as lines:
+        return next(int(line.split()[1]) for line in lines if line.startswith(f"{field}:"))
+
+
+def _reset_peak() -> None:
+    """Start the kernel's high-water mark (`VmHWM`) again from what is resident now."""
+    with open("/proc/self/clear_refs", "w") as clear:
+        clear.write("5")
+
+
 async def main(warmup_url: str, big_url: str, max_frame_bytes: int | None) -> dict[str, Any]:
     agents = [_agent("small", warmup_url, max_frame_bytes), _agent("big", big_url, max_frame_bytes)]
     async with Engine(agents) as eng, eng.open_run() as run:
         warm = await run.delegate(DelegationRequest(agent="small", objective="warm up"))
         before = _peak_kib()
+        _reset_peak()
+        rss_before = _status_kib("VmRSS")
         big = await run.delegate(DelegationRequest(agent="big", objective="send it all"))
         after = _peak_kib()
+        peak_during = _status_kib("VmHWM")
         again = await run.delegate(DelegationRequest(agent="small", objective="still there?"))
     for agent in agents:
         await agent.target.aclose()
@@ -50,6 +68,8 @@ async def main(warmup_url: str, big_url: str, max_frame_bytes: int | None) -> di
         "warmup_status": warm.status,
         "before_kib": before,
         "after_kib": after,
+        "rss_before_kib": rss_before,
+        "peak_during_kib": peak_during,
         "status": big.status,
         "code": big.error.code if big.error else None,
         "error_metadata": dict(big.error.metadata or {}) if big.error else None,
