@@ -95,6 +95,22 @@ _RESULT_FIELDS: Final = (
 )
 
 
+#: What a `result` line's subtype says went wrong. `success` with `is_error` is a run that ended
+#: on an error the CLI reports in `result` (an API error, a refused request).
+_FAILURES: Final = {
+    "success": "ended on an error",
+    "error_during_execution": "stopped during execution",
+    "error_max_turns": "reached its turn limit",
+    "error_max_budget_usd": "reached its budget limit",
+    "error_max_structured_output_retries": "gave up producing its structured output",
+}
+
+
+def _failure(subtype: str) -> str:
+    known = _FAILURES.get(subtype)
+    return known if known is not None else f"failed ({clip(subtype, 80)})"
+
+
 def _dict(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
@@ -206,8 +222,10 @@ class ClaudeStreamParser(JsonLinesParser):
         session = _str(result.get("session_id")) or self.session_id
         subtype = _str(result.get("subtype")) or "unknown"
         if result.get("is_error") is True or subtype != "success":
-            detail = text or "; ".join(str(e) for e in result.get("errors") or []) or subtype
-            error = f"Claude Code reported an error ({subtype}): {clip(detail, 1000)}"
+            error = f"Claude Code {_failure(subtype)}"
+            detail = text or "; ".join(str(e) for e in result.get("errors") or [])
+            if detail:
+                error += f": {clip(detail, 1000)}"
             return Verdict(ok=False, text=text, error=error, usage=usage, session_id=session)
         return Verdict(ok=True, text=text, usage=usage, session_id=session)
 

@@ -417,20 +417,27 @@ def test_the_result_line_gives_the_verdict() -> None:
 
 
 @pytest.mark.parametrize(
-    "line",
+    ("line", "expected"),
     [
-        result("API Error: 401", is_error=True),
-        result("", subtype="error_max_turns"),
-        result("", subtype="error_during_execution", is_error=True, errors=["boom"]),
+        (result("API Error: 401", is_error=True), "Claude Code ended on an error: API Error: 401"),
+        (result("", subtype="error_max_turns"), "Claude Code reached its turn limit"),
+        (
+            result("", subtype="error_during_execution", is_error=True, errors=["boom"]),
+            "Claude Code stopped during execution: boom",
+        ),
+        (
+            result("", subtype="error_new_kind", is_error=True),
+            "Claude Code failed (error_new_kind)",
+        ),
     ],
 )
-def test_an_error_result_fails_the_verdict(line: str) -> None:
+def test_an_error_result_fails_the_verdict(line: str, expected: str) -> None:
     parser = ClaudeStreamParser()
     parser.feed(line)
     verdict = parser.verdict()
     assert not verdict.ok
-    assert verdict.error is not None
-    assert "Claude Code reported an error" in verdict.error
+    assert verdict.error == expected
+    assert "(success)" not in expected
 
 
 def test_no_result_line_fails_the_verdict() -> None:
