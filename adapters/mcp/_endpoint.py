@@ -27,8 +27,8 @@ deletes its session at once (the Codex CLI on SIGINT) is ordinary client behavio
 error. The SDK's streams then raise `ClosedResourceError`/`BrokenResourceError` into the request;
 the request wrapper answers 404 `session_ended` (the MCP spec's answer for a terminated session)
 if the response has not started, and otherwise ends it quietly (an SSE stream the teardown cut
-short is closed properly); the SDK's error reports of that teardown are demoted to debug
-(`_TeardownLogFilter`).
+short is closed properly); the SDK's error reports of that teardown become one debug line of
+this module's logger (`_TeardownLogFilter`).
 
 Progress: while a call is blocked, its own delegation's events (not other delegations of the
 run) are summarised into `notifications/progress`, at most one per `progress_interval` and at
@@ -190,8 +190,11 @@ def _torn_down(exc: BaseException | None) -> bool:
 
 
 class _TeardownLogFilter(logging.Filter):
-    """Demotes to debug the SDK's error reports (with traceback) of a session torn down while
-    one of its requests was handled, and marks that exchange's session as ended."""
+    """Takes over the SDK's error reports (with traceback) of a session torn down while one of
+    its requests was handled: marks that exchange's session as ended and drops the SDK's record,
+    logging one debug line of this module instead. The line goes through this module's logger, so
+    the host's logging configuration decides whether it is shown (a record demoted in place would
+    have passed the SDK logger's level check as an error and reached every handler anyway)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exchange = _EXCHANGE.get()
@@ -201,11 +204,16 @@ class _TeardownLogFilter(logging.Filter):
         if record.levelno <= logging.DEBUG or not _torn_down(exc):
             return True
         exchange.session_ended = True
-        record.msg = "%s: the session ended meanwhile (%r)"
-        record.args = (record.getMessage(), exc)
-        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
-        record.exc_info = record.exc_text = None
-        return True
+        if log.isEnabledFor(logging.DEBUG):
+            said, why = record.getMessage(), repr(exc)
+            redactor = Redactor(_SESSION_ID.findall(f"{said} {why}"))
+            log.debug(
+                "%s (%s): the session ended meanwhile (%s)",
+                redactor.text(said),
+                record.name,
+                redactor.text(why),
+            )
+        return False
 
 
 @attrs.define
