@@ -18,7 +18,7 @@ __all__ = ["demo_agents", "scripted_parent"]
 
 
 def demo_agents(pause: float = 0.05) -> list[AgentSpec]:
-    """The two embedded demo subagents."""
+    """The two embedded demo subagents, both read-only (they change nothing)."""
 
     async def research(task: LocalTask) -> str:
         await task.status("working", "Looking for sources")
@@ -59,12 +59,14 @@ def demo_agents(pause: float = 0.05) -> list[AgentSpec]:
             display_name="Research Agent",
             description="Finds and summarizes sources.",
             target=InProcessTarget(research),
+            read_only=True,  # it only reads and answers: parents may run both at once
         ),
         AgentSpec(
             key="review",
             display_name="Review Agent",
             description="Reviews a design and gives a verdict.",
             target=InProcessTarget(review),
+            read_only=True,  # it only reads and answers: parents may run both at once
         ),
     ]
 

@@ -174,6 +174,11 @@ class AgentSpec:
     a remote's text is copied into an error. Every value is redacted; one shorter than
     `SHORT_SECRET_CHARS` only where it stands as a token of its own (see `engine._redact`), and
     registering it logs a warning.
+
+    `read_only` is the host's word that a delegation to this agent changes nothing outside it
+    (it reads, searches, answers), so two of them may run in either order or at once: parent
+    CLIs then run several delegations of one model turn in parallel (the MCP tools say so with
+    `readOnlyHint`). The engine does not check it; the default (False) is the safe one.
     """
 
     key: str = attrs.field(validator=_agent_key)
@@ -185,6 +190,7 @@ class AgentSpec:
     policy: DelegationPolicy = attrs.field(factory=DelegationPolicy)
     secrets: tuple[str, ...] = attrs.field(default=(), repr=False)
     metadata: Mapping[str, Any] = attrs.field(factory=dict)
+    read_only: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
 
     @property
     def name(self) -> str:

@@ -36,6 +36,7 @@ a variable that is not set is an error at start, not at the first delegation.
     card_url = "https://agents.example/research/.well-known/agent-card.json"
     auth = { token_env = "RESEARCH_TOKEN" }   # header "Authorization", scheme "Bearer"
     shortcut = true               # also expose delegate_to_research
+    read_only = true              # changes nothing: parents may run such delegations at once
     [agents.policy]
     default_timeout = 300
 
@@ -155,6 +156,7 @@ _COMMON_AGENT_SETTINGS: Final = frozenset(
         "forward_identity",
         "max_frame_bytes",
         "shortcut",
+        "read_only",
         "policy",
     }
 )
@@ -197,6 +199,8 @@ class AgentEntry:
     #: The most bytes one frame or body from the agent may hold (None: its protocol's default).
     max_frame_bytes: int | None = None
     shortcut: bool = False
+    #: See `AgentSpec.read_only`.
+    read_only: bool = False
     policy: DelegationPolicy = attrs.field(factory=DelegationPolicy)
 
     def agent_settings(self, auth_header: tuple[str, str] | None = None) -> AgentSettings:
@@ -405,6 +409,7 @@ class HostConfig:
                     target=target,
                     policy=agent.policy,
                     secrets=target.secrets,
+                    read_only=agent.read_only,
                 )
             )
         return specs
@@ -724,6 +729,7 @@ class _Reader:
             "forward_identity": self.get(table, path, "forward_identity", bool, False),
             "max_frame_bytes": self.byte_size(table, path, "max_frame_bytes"),
             "shortcut": self.get(table, path, "shortcut", bool, False),
+            "read_only": self.get(table, path, "read_only", bool, False),
             "policy": self.attrs_table(
                 table.get("policy", {}), (*path, "policy"), DelegationPolicy
             ),

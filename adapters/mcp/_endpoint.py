@@ -532,6 +532,7 @@ class DelegationEndpoint:
                     skills=tuple(s for s in skills if s),
                     protocol=spec.protocol,
                     unavailable=unavailable.get(spec.key, ""),
+                    read_only=spec.read_only,
                 )
             )
         return summaries

@@ -3,10 +3,12 @@
 This module owns what the MCP endpoint says and reads, with no I/O of its own: the tool list
 (the generic `delegate_to_agent` and the host's named shortcuts `delegate_to_<key>`, each
 described with the registered agents' descriptions and skills so a model knows what it may
-call), the reading of one `tools/call` (name, arguments and `_meta`) into a `DelegationRequest`
-or a typed refusal, and the rendering of a `DelegationResult` as the tool result the parent
-model sees: the structured result as `structuredContent` plus a short text rendering, `isError`
-for anything but a completed delegation.
+call; none of them when no agent is registered; each annotated `readOnlyHint` exactly when
+every agent it reaches is declared read-only), the reading of one `tools/call` (name,
+arguments and `_meta`) into a `DelegationRequest` or a typed refusal, and the rendering of a
+`DelegationResult` as the tool result the parent model sees: the structured result as
+`structuredContent` plus a short text rendering, `isError` for anything but a completed
+delegation.
 
 `ask_requester` is the one tool that is not a delegation: a run whose host can reach whoever sent
 it its task (`subagent-engine a2a-serve`: the A2A client) offers it, so the parent model can ask
@@ -90,6 +92,8 @@ class AgentSummary:
     protocol: str = ""
     #: Why the agent cannot be called right now (e.g. its card was rejected), or "".
     unavailable: str = ""
+    #: The host declared that delegating to it changes nothing (`AgentSpec.read_only`).
+    read_only: bool = False
 
 
 @attrs.frozen
@@ -133,11 +137,8 @@ def _generic_description(agents: Sequence[AgentSummary]) -> str:
         "agent by its key; never pass URLs or credentials. The agent does not see this "
         "conversation: put what it needs in objective, input.prompt and input.context.",
     ]
-    if agents:
-        lines.append("Agents you may call:")
-        lines.extend(_agent_line(agent) for agent in agents)
-    else:
-        lines.append("No agents are registered right now; every call will be refused.")
+    lines.append("Agents you may call:")
+    lines.extend(_agent_line(agent) for agent in agents)
     return "\n".join(lines)
 
 
@@ -153,15 +154,24 @@ def list_tools(
 ) -> list[types.Tool]:
     """The tools of one run's endpoint: `delegate_to_agent` (its `agent` limited to the
     registered keys), then one `delegate_to_<key>` per registered agent named in `shortcuts`,
-    then `ask_requester` if `ask`."""
+    then `ask_requester` if `ask`. Without agents there is nothing to delegate to, so no
+    delegation tool is listed (a model offered one would call it only to be refused).
+
+    `readOnlyHint` (the MCP tool annotation parents read to decide whether two calls of one
+    turn may run at the same time) is true for `delegate_to_agent` only when every agent it
+    can reach is read-only, and for a shortcut when its own agent is."""
     agents = list(agents)
+    if not agents:
+        return [ask_requester_tool()] if ask else []
     tools = [
         types.Tool(
             name=GENERIC_TOOL,
             description=_generic_description(agents),
             input_schema=tool_input_schema([a.key for a in agents]),
             annotations=types.ToolAnnotations(
-                title="Delegate to a remote agent", read_only_hint=False, open_world_hint=True
+                title="Delegate to a remote agent",
+                read_only_hint=all(a.read_only for a in agents),
+                open_world_hint=True,
             ),
         )
     ]
@@ -177,7 +187,7 @@ def list_tools(
                 input_schema=_shortcut_schema(),
                 annotations=types.ToolAnnotations(
                     title=f"Delegate to {agent.name or agent.key}",
-                    read_only_hint=False,
+                    read_only_hint=agent.read_only,
                     open_world_hint=True,
                 ),
             )

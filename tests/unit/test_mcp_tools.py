@@ -58,10 +58,31 @@ def test_description_is_bounded_per_agent() -> None:
     assert "and 12 more." in line
 
 
-def test_no_agents_says_every_call_will_be_refused() -> None:
-    tools = list_tools([])
-    assert "No agents are registered" in (tools[0].description or "")
-    assert "enum" not in tools[0].input_schema["properties"]["agent"]
+def test_no_agents_offers_no_delegation_tool() -> None:
+    assert list_tools([], shortcuts={"research"}) == []
+    assert [t.name for t in list_tools([], shortcuts={"research"}, ask=True)] == ["ask_requester"]
+
+
+def _read_only(tool: types.Tool) -> bool | None:
+    return tool.annotations.read_only_hint if tool.annotations is not None else None
+
+
+@pytest.mark.parametrize(
+    ("read_only", "generic"),
+    [((True, True), True), ((True, False), False), ((False, False), False)],
+)
+def test_the_generic_tool_is_read_only_when_every_agent_is(
+    read_only: tuple[bool, bool], generic: bool
+) -> None:
+    agents = [
+        attrs.evolve(agent, read_only=flag) for agent, flag in zip(AGENTS, read_only, strict=True)
+    ]
+    tools = {t.name: t for t in list_tools(agents, shortcuts={"research", "review"}, ask=True)}
+    assert _read_only(tools["delegate_to_agent"]) is generic
+    # Each shortcut reaches one agent: its own declaration decides.
+    assert _read_only(tools["delegate_to_research"]) is read_only[0]
+    assert _read_only(tools["delegate_to_review"]) is read_only[1]
+    assert _read_only(tools["ask_requester"]) is False
 
 
 def test_shortcuts_only_for_registered_agents_and_without_agent_field() -> None:
