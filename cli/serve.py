@@ -10,6 +10,14 @@ agents and the scripted parent, so it runs with no API keys. `[parent] kind = "c
 `"codex"` runs that CLI as each run's parent (found on PATH, or `binary`), against
 `model_endpoint` with `model`.
 
+Stopping (SIGINT, SIGTERM): the server drains before its listener closes (`RunHost.drain`): new
+runs are refused (503 `shutting_down`), every live run is cancelled (reason `shutdown`, its remote
+tasks cancelled, its end recorded in the run store, so a restart has nothing to recover) and its
+terminal reaches every connected viewer, all within `[server] shutdown_grace_seconds`; then the
+process exits 0. A second signal during the drain exits at once (`force_exit`: everything is
+cancelled and the process exits 128 + the signal's number within `FORCED_EXIT_SECONDS`); the runs
+still live are then ended `interrupted` at the next start, as after a crash.
+
 Listening beyond loopback (`--host 0.0.0.0`, a LAN address) exposes starting runs, and with a CLI
 parent running its commands, to every machine that can reach the port: `serve` then refuses to
 start without a host token (`[server] token_env` or `--token-env NAME`), which every `POST /runs`
@@ -18,10 +26,12 @@ and `POST /agui` must carry as `Authorization: Bearer <token>`.
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
-from collections.abc import Callable
-from typing import TextIO
+import threading
+from collections.abc import AsyncIterator, Callable
+from typing import Final, TextIO
 
 import attrs
 import trio
@@ -33,6 +43,7 @@ from engine import TargetPrepareError
 from web.config import ConfigError, HostConfig, load_config, parse_config
 from web.page import bundled_page
 from web.server import (
+    RunHost,
     create_app,
     default_encoder_factory,
     freeze_startup_objects,
@@ -41,53 +52,120 @@ from web.server import (
 )
 from web.stores import StoreOpenError, describe_store
 
-__all__ = ["serve_main"]
+__all__ = ["FORCED_EXIT_SECONDS", "drain_on_signal", "force_exit", "serve_main"]
+
+#: After a second stop signal, how long the process may take to unwind (its parent agents'
+#: processes stopped, its store closed) before it exits regardless.
+FORCED_EXIT_SECONDS: Final = 1.0
 
 
 def _parent_factory(config: HostConfig) -> Callable[[], ParentAgent]:
     return config.parent_factory()
 
 
-async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> None:
+def force_exit(scope: trio.CancelScope, signum: int, out: TextIO) -> int:
+    """A second stop signal: cancel `scope` (everything the process runs) and make sure the
+    process is gone within `FORCED_EXIT_SECONDS` even if unwinding waits on a peer. Returns the
+    exit status (128 + `signum`, a shell's convention for a process a signal ended)."""
+    status = 128 + signum
+    print("stopping now: not waiting for the runs to end", file=out, flush=True)
+    scope.cancel()
+    backstop = threading.Timer(FORCED_EXIT_SECONDS, _exit_now, (status, out))
+    backstop.daemon = True
+    backstop.start()
+    return status
+
+
+def _exit_now(status: int, out: TextIO) -> None:
+    try:
+        out.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
+
+
+async def drain_on_signal(
+    signals: AsyncIterator[int],
+    run_host: RunHost,
+    grace: float,
+    out: TextIO,
+    on_second: Callable[[int], None],
+) -> None:
+    """Wait for a stop signal, then drain `run_host` (`RunHost.drain`, at most `grace` seconds);
+    a signal during the drain calls `on_second(signum)` (which should `force_exit`)."""
+    async for _ in signals:
+        break
+    print(
+        f"stopping: ending every run (at most {grace:g} s; a second Ctrl-C stops at once)",
+        file=out,
+        flush=True,
+    )
+    async with trio.open_nursery() as nursery:
+
+        async def second_signal() -> None:
+            async for signum in signals:
+                on_second(signum)
+                return
+
+        nursery.start_soon(second_signal)
+        drained = await run_host.drain(grace)
+        nursery.cancel_scope.cancel()
+    if not drained:
+        print(f"stopping: runs or viewers still busy after {grace:g} s were cut", file=out)
+    out.flush()
+
+
+async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> int:
+    """Serve until a stop signal; the exit status (0, or `force_exit`'s after a second one)."""
     agents = config.agent_specs() if config.agents else demo_agents()
     parent = _parent_factory(config)
-    async with open_host(config, agents, parent) as (run_host, endpoint):
-        app = create_app(
-            run_host,
-            config,
-            default_encoder_factory(),
-            page=bundled_page(),
-            host_token=host_token,
-        )
-        bind_host, bind_port = config.server.host, config.server.port
-        async with serve_app(app, host=bind_host, port=bind_port) as url:
-            keys = ", ".join(spec.key for spec in agents) or "none"
-            print(f"subagent-engine serving on {url} (config: {config.source})", file=out)
-            print(
-                f"  agents: {keys}; parent: {config.parent.kind}; MCP: {endpoint.base_url}",
-                file=out,
+    forced = 0
+    with trio.CancelScope() as everything:
+
+        def on_second(signum: int) -> None:
+            nonlocal forced
+            forced = force_exit(everything, signum, out)
+
+        async with open_host(config, agents, parent) as (run_host, endpoint):
+            app = create_app(
+                run_host,
+                config,
+                default_encoder_factory(),
+                page=bundled_page(),
+                host_token=host_token,
             )
-            recovered = run_host.engine.recovered
-            if recovered:
-                print(
-                    f"  ended {len(recovered)} run(s) a stopped process left live "
-                    f"({', '.join(r.run_id for r in recovered[:5])}"
-                    f"{', ...' if len(recovered) > 5 else ''})",
-                    file=out,
-                )
-            print(f"  runs kept in: {describe_store(config.store)}", file=out)
-            if config.server.token_env:
-                print(
-                    f"  starting runs needs the host token in ${config.server.token_env}; "
-                    f"the page asks for it once (or open {url}/#host_token=<token>)",
-                    file=out,
-                )
-            out.flush()
-            freeze_startup_objects()
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                async for _ in signals:
-                    print("stopping: cancelling every run", file=out)
-                    return
+            bind_host, bind_port = config.server.host, config.server.port
+            async with serve_app(app, host=bind_host, port=bind_port) as url:
+                keys = ", ".join(spec.key for spec in agents) or "none"
+                _announce(config, url, keys, endpoint.base_url, run_host, out)
+                freeze_startup_objects()
+                with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                    grace = config.server.shutdown_grace_seconds
+                    await drain_on_signal(signals, run_host, grace, out, on_second)
+    return forced
+
+
+def _announce(
+    config: HostConfig, url: str, keys: str, mcp_url: str, run_host: RunHost, out: TextIO
+) -> None:
+    print(f"subagent-engine serving on {url} (config: {config.source})", file=out)
+    print(f"  agents: {keys}; parent: {config.parent.kind}; MCP: {mcp_url}", file=out)
+    recovered = run_host.engine.recovered
+    if recovered:
+        print(
+            f"  ended {len(recovered)} run(s) a stopped process left live "
+            f"({', '.join(r.run_id for r in recovered[:5])}"
+            f"{', ...' if len(recovered) > 5 else ''})",
+            file=out,
+        )
+    print(f"  runs kept in: {describe_store(config.store)}", file=out)
+    if config.server.token_env:
+        print(
+            f"  starting runs needs the host token in ${config.server.token_env}; "
+            f"the page asks for it once (or open {url}/#host_token=<token>)",
+            file=out,
+        )
+    out.flush()
 
 
 def serve_main(
@@ -117,7 +195,7 @@ def serve_main(
         print(f"subagent-engine serve: {exc}", file=sys.stderr)
         return 2
     try:
-        trio.run(_serve, config, host_token, sys.stdout)
+        status = trio.run(_serve, config, host_token, sys.stdout)
     except BaseException as exc:
         refused = _alone(exc)
         if isinstance(refused, StoreOpenError):
@@ -131,7 +209,7 @@ def serve_main(
             problem = config.agent_error(key, f"cannot be used: {error}")
             print(f"subagent-engine serve: {problem}", file=sys.stderr)
         return 2
-    return 0
+    return status
 
 
 def _alone(exc: BaseException) -> BaseException:

@@ -18,6 +18,7 @@ a variable that is not set is an error at start, not at the first delegation.
     allowed_hosts = []            # host names served beyond IP literals and localhost
     max_active_runs = 32          # more at once get 429 with Retry-After
     replay_retention_seconds = 60  # a finished run's replay is kept at least this long
+    shutdown_grace_seconds = 5    # Ctrl-C/SIGTERM: how long live runs get to end
 
     [store]                       # where runs are kept (see `StoreEntry`)
     kind = "sqlite"               # sqlite (the default) | memory | redis
@@ -237,6 +238,9 @@ class ServerEntry:
     #: A finished run's replay stays available at least this long: a new run that would push
     #: it out of the engine's retained runs is refused (429) instead. 0: count only.
     replay_retention_seconds: float = 60.0
+    #: On SIGINT/SIGTERM: how long the server drains (runs end with a journaled terminal that
+    #: reaches their viewers) before it closes the listener anyway.
+    shutdown_grace_seconds: float = 5.0
 
 
 #: Where runs are kept: `StoreEntry.kind`.
@@ -597,6 +601,7 @@ class _Reader:
             "allowed_hosts",
             "max_active_runs",
             "replay_retention_seconds",
+            "shutdown_grace_seconds",
         }
         table = self.table(value, path, known)
         return ServerEntry(
@@ -623,6 +628,9 @@ class _Reader:
                     60.0,
                     check=_not_negative,
                 )
+            ),
+            shutdown_grace_seconds=float(
+                self.get(table, path, "shutdown_grace_seconds", (int, float), 5.0, check=_positive)
             ),
         )
 

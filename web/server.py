@@ -46,6 +46,15 @@ text deltas, every SSE stream opens with `retry: <reconnect_ms>`, and a keep-ali
 out when the run is idle.
 CORS is closed unless origins are configured. Once a server is up it freezes its startup
 objects out of the garbage collector's walks (`freeze_startup_objects`).
+
+Shutdown (`RunHost.drain`, what `serve` and `demo` do on SIGINT/SIGTERM) goes in order, with the
+listener still open: new runs are refused (`POST /runs`, `POST /agui`: 503 `shutting_down` with
+`Retry-After`), every live run is cancelled with the reason `SHUTDOWN_REASON` (its delegations'
+remote tasks are cancelled before the run's `run.cancelled` terminal is journaled, and the store
+records the run as ended), and the drain waits until every request in flight has finished, which
+the stream routes do once they have written the run's terminal (`RUN_FINISHED` with outcome
+`cancelled` in AG-UI) to their viewer; only then may the caller close the listener. All of it is
+bounded by a grace period; what is still running after it is cut.
 """
 
 from __future__ import annotations
@@ -109,13 +118,19 @@ from web.cluster import run_node
 from web.config import HostConfig
 from web.stores import open_store
 
-__all__ = ["ParentAgent", "RunHost", "StreamEncoder", "create_app"]
+__all__ = ["SHUTDOWN_REASON", "ParentAgent", "RunHost", "StreamEncoder", "create_app"]
 
 log = logging.getLogger(__name__)
 
 MAX_PROMPT_CHARS: Final = 64 * 1024
 #: `Retry-After` when every run slot is taken (a run's end cannot be foreseen).
 RETRY_WHEN_FULL: Final = 5
+#: The reason every live run is cancelled with when the server shuts down (its `run.cancelled`
+#: text; an AG-UI viewer sees it as `RUN_FINISHED` `metadata.reason`).
+SHUTDOWN_REASON: Final = "shutdown: the server is shutting down."
+#: `Retry-After` of a run refused while the server shuts down (another process, or this one
+#: restarted, may take it by then).
+RETRY_WHEN_SHUTTING_DOWN: Final = 5
 #: A WebSocket viewer may send a few messages (the stream takes none): this many at once, then
 #: one per second; beyond that the connection is closed (1008, policy violation).
 WS_MESSAGE_BURST: Final = 16
@@ -226,6 +241,50 @@ class RunHost:
         #: (the caller's AG-UI run id or None) -> the new run's id.
         self.new_run_id = new_run_id or (lambda _: f"run-{uuid.uuid4().hex[:16]}")
         self._runs: OrderedDict[str, HostedRun] = OrderedDict()
+        #: Set once `drain` began: new runs are refused.
+        self.draining = False
+        #: HTTP requests and WebSocket connections being served (`count_requests`).
+        self.requests_in_flight = 0
+        #: Set (and replaced) whenever a request ends or a run ends: what `drain` waits on.
+        self._changed = trio.Event()
+
+    def _note_change(self) -> None:
+        self._changed.set()
+        self._changed = trio.Event()
+
+    def request_began(self) -> None:
+        self.requests_in_flight += 1
+
+    def request_ended(self) -> None:
+        self.requests_in_flight -= 1
+        self._note_change()
+
+    async def drain(self, grace: float, reason: str = SHUTDOWN_REASON) -> bool:
+        """Shut down the runs, for the process to stop: refuse new runs from now on, cancel
+        every live run this host runs with `reason` (its remote tasks are cancelled and its
+        terminal journaled, which its viewers' streams then deliver), and wait until each of
+        them has ended and no request is in flight. True if that happened within `grace`
+        seconds; False if the wait was cut (the caller closes the listener either way)."""
+        self.draining = True
+        with trio.move_on_after(grace):
+            while True:
+                live = [hosted for hosted in self._runs.values() if not hosted.ended.is_set()]
+                for hosted in live:
+                    if hosted.archived_journal is None:
+                        self.stop(hosted, reason)
+                local = [hosted for hosted in live if hosted.archived_journal is None]
+                if not local and self.requests_in_flight <= 0:
+                    return True
+                changed = self._changed
+                if local:
+                    async with trio.open_nursery() as nursery:
+                        # Wake on the first run ending or the first request ending.
+                        for hosted in local:
+                            nursery.start_soon(_set_when, hosted.ended, nursery.cancel_scope)
+                        nursery.start_soon(_set_when, changed, nursery.cancel_scope)
+                else:
+                    await changed.wait()
+        return False
 
     @property
     def active_runs(self) -> int:
@@ -265,6 +324,13 @@ class RunHost:
     async def start(
         self, prompt: str, *, thread_id: str | None, agui_run_id: str | None, mode: str | None
     ) -> HostedRun:
+        if self.draining:
+            raise HttpError(
+                503,
+                "shutting_down",
+                "The server is shutting down and starts no new runs; try again shortly.",
+                headers=[("retry-after", str(RETRY_WHEN_SHUTTING_DOWN))],
+            )
         wait = self.retry_after()
         if wait is not None:
             raise HttpError(
@@ -322,6 +388,7 @@ class RunHost:
             hosted.ended_at = trio.current_time()
             hosted.started.set()
             hosted.ended.set()
+            self._note_change()
 
     async def find(self, run_id: str, token: str | None) -> HostedRun:
         """The run `run_id` if `token` is its viewer token: one this host runs, else one its
@@ -417,6 +484,31 @@ class RunHost:
                 except OSError:
                     await trio.sleep(1.0)
         return False
+
+
+async def _set_when(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
+class CountRequests:
+    """ASGI middleware: counts the HTTP requests and WebSocket connections in flight on `host`
+    (`RunHost.requests_in_flight`), each until its application call has returned, so after its
+    last byte was handed to the server; `RunHost.drain` waits for the count to reach zero."""
+
+    def __init__(self, app: Any, host: RunHost) -> None:
+        self.app = app
+        self.host = host
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        self.host.request_began()
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.host.request_ended()
 
 
 def _authorization(headers: Any) -> list[bytes]:
@@ -797,7 +889,7 @@ def create_app(
             return Response(page, content_type="text/html; charset=utf-8")
 
     return RequestGuard(
-        app,
+        CountRequests(app, host),
         allowed_hosts=config.server.allowed_hosts,
         allowed_origins=allowed_origins,
         json_only=True,
