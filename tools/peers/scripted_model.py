@@ -45,6 +45,9 @@ Directives are lines of the user prompt (the first user message text that is not
 - ``SAY: <text>`` the text said before each tool call (default ``Delegating to <agent>.``).
 - ``FINAL: <text>`` a line put before the quoted results in the final text.
 - ``ASK: <question>`` ask the requester instead of delegating (see above).
+- ``PARALLEL: yes`` the first tool-call reply carries every ``DELEGATE`` call at once (several
+  ``tool_use`` blocks / ``function_call`` items in one reply), as a model asking for parallel
+  calls does; the final text follows their results.
 - ``MODEL_ERROR: <http status>`` every model request fails with that status and an error body
   in the API's own shape (use a 4xx: the CLIs retry 5xx for a long while).
 
@@ -86,7 +89,9 @@ ASK_TOOL = "ask_requester"
 DEFAULT_AGENT = "research"
 PLAIN_REPLY = "Scripted reply."
 _CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "proxy-authorization"})
-_DIRECTIVE = re.compile(r"^[ \t]*(DELEGATE|THINK|SAY|FINAL|ASK|MODEL_ERROR):[ \t]*(.*)$", re.M)
+_DIRECTIVE = re.compile(
+    r"^[ \t]*(DELEGATE|THINK|SAY|FINAL|ASK|PARALLEL|MODEL_ERROR):[ \t]*(.*)$", re.M
+)
 
 
 # --- what the prompt asks for (sans-IO) ----------------------------------------------------------
@@ -102,6 +107,7 @@ class Script:
     say: str | None = None
     final: str | None = None
     ask: str | None = None
+    parallel: bool = False
     model_error: int | None = None
 
     @property
@@ -129,6 +135,8 @@ def read_script(prompt: str) -> Script:
             script.final = value
         elif name == "ASK":
             script.ask = value
+        elif name == "PARALLEL":
+            script.parallel = value.lower() in ("yes", "true", "1")
         elif name == "MODEL_ERROR":
             script.model_error = int(value)
     script.prompt = _DIRECTIVE.sub("", prompt).strip()
@@ -193,7 +201,8 @@ def final_text(script: Script, results: list[str]) -> str:
 
 @dataclass
 class Turn:
-    """What one model reply holds, in order: thinking, text, then at most one tool call."""
+    """What one model reply holds, in order: thinking, text, then a tool call (and, with
+    `PARALLEL`, the `more_calls` of the same tool: (tool call id, arguments) each)."""
 
     thinking: str | None = None
     text: str = ""
@@ -201,6 +210,13 @@ class Turn:
     namespace: str | None = None
     arguments: dict[str, Any] | None = None
     tool_call_id: str | None = None
+    more_calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def calls(self) -> list[tuple[str | None, dict[str, Any] | None]]:
+        """Every tool call of the reply, in order: (id, arguments)."""
+        if self.tool_name is None:
+            return []
+        return [(self.tool_call_id, self.arguments), *self.more_calls]
 
     def record(self) -> dict[str, Any]:
         if self.tool_name is None:
@@ -213,6 +229,7 @@ class Turn:
             "namespace": self.namespace,
             "tool_call_id": self.tool_call_id,
             "arguments": self.arguments,
+            "more_calls": [{"tool_call_id": i, "arguments": a} for i, a in self.more_calls],
         }
 
 
@@ -228,7 +245,11 @@ def plan_turn(
     arguments = script.calls[len(results)]
     agent = arguments.get("agent", "the agent")
     said = "Asking the requester." if script.ask is not None else f"Delegating to {agent}."
+    more_calls = []
+    if script.parallel and not results:
+        more_calls = [(f"{id_prefix}{secrets.token_hex(12)}", a) for a in script.calls[1:]]
     return Turn(
+        more_calls=more_calls,
         thinking=think,
         text=script.say or said,
         tool_name=tool[0],
@@ -305,14 +326,9 @@ def _anthropic_blocks(turn: Turn) -> list[dict[str, Any]]:
         blocks.append({"type": "thinking", "thinking": turn.thinking, "signature": signature})
     if turn.text:
         blocks.append({"type": "text", "text": turn.text})
-    if turn.tool_name is not None:
+    for call_id, arguments in turn.calls():
         blocks.append(
-            {
-                "type": "tool_use",
-                "id": turn.tool_call_id,
-                "name": turn.tool_name,
-                "input": turn.arguments,
-            }
+            {"type": "tool_use", "id": call_id, "name": turn.tool_name, "input": arguments}
         )
     return blocks
 
@@ -484,14 +500,14 @@ def openai_items(turn: Turn) -> list[dict[str, Any]]:
                 "content": [{"type": "output_text", "text": turn.text, "annotations": []}],
             }
         )
-    if turn.tool_name is not None:
+    for call_id, arguments in turn.calls():
         call: dict[str, Any] = {
             "id": f"fc_{secrets.token_hex(12)}",
             "type": "function_call",
             "status": "completed",
-            "call_id": turn.tool_call_id,
+            "call_id": call_id,
             "name": turn.tool_name,
-            "arguments": json.dumps(turn.arguments),
+            "arguments": json.dumps(arguments),
         }
         if turn.namespace:
             call["namespace"] = turn.namespace
