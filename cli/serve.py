@@ -26,12 +26,10 @@ and `POST /agui` must carry as `Authorization: Bearer <token>`.
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
-import threading
 from collections.abc import AsyncIterator, Callable
-from typing import Final, TextIO
+from typing import TextIO
 
 import attrs
 import trio
@@ -46,42 +44,18 @@ from web.server import (
     RunHost,
     create_app,
     default_encoder_factory,
+    force_exit,
     freeze_startup_objects,
     open_host,
     serve_app,
 )
 from web.stores import StoreOpenError, describe_store
 
-__all__ = ["FORCED_EXIT_SECONDS", "drain_on_signal", "force_exit", "serve_main"]
-
-#: After a second stop signal, how long the process may take to unwind (its parent agents'
-#: processes stopped, its store closed) before it exits regardless.
-FORCED_EXIT_SECONDS: Final = 1.0
+__all__ = ["drain_on_signal", "serve_main"]
 
 
 def _parent_factory(config: HostConfig) -> Callable[[], ParentAgent]:
     return config.parent_factory()
-
-
-def force_exit(scope: trio.CancelScope, signum: int, out: TextIO) -> int:
-    """A second stop signal: cancel `scope` (everything the process runs) and make sure the
-    process is gone within `FORCED_EXIT_SECONDS` even if unwinding waits on a peer. Returns the
-    exit status (128 + `signum`, a shell's convention for a process a signal ended)."""
-    status = 128 + signum
-    print("stopping now: not waiting for the runs to end", file=out, flush=True)
-    scope.cancel()
-    backstop = threading.Timer(FORCED_EXIT_SECONDS, _exit_now, (status, out))
-    backstop.daemon = True
-    backstop.start()
-    return status
-
-
-def _exit_now(status: int, out: TextIO) -> None:
-    try:
-        out.flush()
-        sys.stderr.flush()
-    finally:
-        os._exit(status)
 
 
 async def drain_on_signal(

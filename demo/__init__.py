@@ -23,9 +23,11 @@ REMOTE_TOKEN_ENV`: the demo draws a random token at start and hands it to the re
 environment only (never on a command line, never printed), and to the bundled server's agents as
 their credential, so nothing else on the machine can drive a remote (a CLI remote runs the commands
 its model asks for). The demo reads each remote's `READY <port>` line, and on Ctrl-C or SIGTERM
-stops the page first (every run cancelled, remote tasks included, while the remotes still listen),
-then closes their stdin, SIGTERMs their groups, waits, and SIGKILLs what is left after a grace
-period. A second signal skips the wait for the runs.
+drains the page first (`web.server.RunHost.drain`: new runs refused, every run cancelled, remote
+tasks included, while the remotes still listen, and each run's terminal delivered to its viewers
+before the page's listener closes), then closes the remotes' stdin, SIGTERMs their groups, waits,
+and SIGKILLs what is left after a grace period. A second signal exits at once
+(`web.server.force_exit`, status 128 + the signal; the remotes exit as their stdin closes).
 """
 
 from __future__ import annotations
@@ -568,18 +570,21 @@ def _announce(
     out.flush()
 
 
-async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
-    """Start the remotes, serve the page until SIGINT/SIGTERM, stop everything."""
+async def _serve_demo(plan: DemoPlan, out: TextIO) -> int:
+    """Start the remotes, serve the page until SIGINT/SIGTERM, stop everything. The exit status:
+    0, or `force_exit`'s after a second signal."""
     from web.page import bundled_page
     from web.server import (
         create_app,
         default_encoder_factory,
+        force_exit,
         freeze_startup_objects,
         open_host,
         serve_app,
     )
 
     serving = False
+    forced = 0
     stop = trio.Event()
     # The remotes' token lives in this process's memory and their environments only: not in
     # os.environ, so a CLI parent started from here never sees it.
@@ -589,9 +594,12 @@ async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
             everything = trio.CancelScope()
 
             async def watch_signals() -> None:
-                async for _ in signals:
-                    if stop.is_set() or not serving:
-                        everything.cancel()  # still starting, or a second signal: don't wait
+                nonlocal forced
+                async for signum in signals:
+                    if not serving:
+                        everything.cancel()  # still starting: nothing to drain
+                    elif stop.is_set():
+                        forced = force_exit(everything, signum, out)  # a second signal
                     stop.set()
 
             nursery.start_soon(watch_signals)
@@ -614,11 +622,16 @@ async def _serve_demo(plan: DemoPlan, out: TextIO) -> None:
                             serving = True
                             freeze_startup_objects()
                             await stop.wait()
+                            grace = config.server.shutdown_grace_seconds
                             print(
-                                "stopping: cancelling every run, then the remote agents", file=out
+                                f"stopping: ending every run (at most {grace:g} s; a second "
+                                "Ctrl-C stops at once), then the remote agents",
+                                file=out,
+                                flush=True,
                             )
-                            out.flush()
+                            await hosted.drain(grace)
             nursery.cancel_scope.cancel()
+    return forced
 
 
 def demo_main(options: DemoOptions, *, out: TextIO | None = None) -> int:
@@ -639,14 +652,14 @@ def demo_main(options: DemoOptions, *, out: TextIO | None = None) -> int:
 def run_plan(plan: DemoPlan, out: TextIO) -> int:
     """Run a checked plan until Ctrl-C or SIGTERM (0); 1 with the reason if it cannot start."""
     try:
-        trio.run(_serve_demo, plan, out)
+        status = trio.run(_serve_demo, plan, out)
     except Exception as exc:
         problem = _start_problem(exc, plan.options)
         if problem is None:
             raise
         print(f"subagent-engine demo: {problem}", file=sys.stderr)
         return 1
-    return 0
+    return status
 
 
 def _start_problem(exc: BaseException, options: DemoOptions) -> str | None:

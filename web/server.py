@@ -66,12 +66,15 @@ import hmac
 import json
 import logging
 import math
+import os
 import secrets
+import sys
+import threading
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import Any, Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TextIO, TypeVar
 
 import attrs
 import pydantic
@@ -118,7 +121,15 @@ from web.cluster import run_node
 from web.config import HostConfig
 from web.stores import open_store
 
-__all__ = ["SHUTDOWN_REASON", "ParentAgent", "RunHost", "StreamEncoder", "create_app"]
+__all__ = [
+    "FORCED_EXIT_SECONDS",
+    "SHUTDOWN_REASON",
+    "ParentAgent",
+    "RunHost",
+    "StreamEncoder",
+    "create_app",
+    "force_exit",
+]
 
 log = logging.getLogger(__name__)
 
@@ -131,6 +142,9 @@ SHUTDOWN_REASON: Final = "shutdown: the server is shutting down."
 #: `Retry-After` of a run refused while the server shuts down (another process, or this one
 #: restarted, may take it by then).
 RETRY_WHEN_SHUTTING_DOWN: Final = 5
+#: After a second stop signal, how long the process may take to unwind (its parent agents'
+#: processes stopped, its store closed) before it exits regardless.
+FORCED_EXIT_SECONDS: Final = 1.0
 #: A WebSocket viewer may send a few messages (the stream takes none): this many at once, then
 #: one per second; beyond that the connection is closed (1008, policy violation).
 WS_MESSAGE_BURST: Final = 16
@@ -1121,6 +1135,27 @@ async def serve_app(
             yield str(binds[0]).rstrip("/")
         finally:
             nursery.cancel_scope.cancel()
+
+
+def force_exit(scope: trio.CancelScope, signum: int, out: TextIO) -> int:
+    """A second stop signal: cancel `scope` (everything the process runs) and make sure the
+    process is gone within `FORCED_EXIT_SECONDS` even if unwinding waits on a peer. Returns the
+    exit status (128 + `signum`, a shell's convention for a process a signal ended)."""
+    status = 128 + signum
+    print("stopping now: not waiting for the runs to end", file=out, flush=True)
+    scope.cancel()
+    backstop = threading.Timer(FORCED_EXIT_SECONDS, _exit_now, (status, out))
+    backstop.daemon = True
+    backstop.start()
+    return status
+
+
+def _exit_now(status: int, out: TextIO) -> None:
+    try:
+        out.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(status)
 
 
 def default_encoder_factory() -> EncoderFactory:

@@ -27,11 +27,10 @@ import trio
 from trio_websocket import ConnectionClosed, open_websocket_url
 
 from adapters.agui import check_frames, parse_sse
-from cli.serve import FORCED_EXIT_SECONDS
 from tests.helpers import REPO_ROOT
 from tests.helpers.peers import A2AFaultyServer
 from web.config import StoreEntry
-from web.server import SHUTDOWN_REASON
+from web.server import FORCED_EXIT_SECONDS, SHUTDOWN_REASON
 from web.stores import open_store
 
 pytestmark = pytest.mark.slow
@@ -57,7 +56,7 @@ def serve_process(argv: list[str]) -> Iterator[tuple[subprocess.Popen[str], str]
         assert proc.stdout is not None
         url = ""
         for line in proc.stdout:
-            if " serving on http://" in line or line.startswith("Page: http://"):
+            if line.startswith(("subagent-engine serving on http", "subagent-engine demo on http")):
                 url = next(word for word in line.split() if word.startswith("http://"))
                 url = url.rstrip("/")
                 break
@@ -99,10 +98,19 @@ class Capture:
         #: A WebSocket's close code.
         self.close_code: int | None = None
 
+        self._added = trio.Event()
+
     def add(self, frames: list[tuple[int | None, dict[str, Any]]]) -> None:
         self.frames.extend(frames)
         if self.frames:
             self.first.set()
+        self._added.set()
+        self._added = trio.Event()
+
+    async def seen(self, event_type: str) -> None:
+        """Wait until an event of `event_type` arrived."""
+        while not any(event["type"] == event_type for _, event in self.frames):
+            await self._added.wait()
 
     def assert_ended_by_shutdown(self) -> None:
         assert self.closed.is_set()
@@ -297,3 +305,25 @@ async def test_a_second_sigint_during_a_slow_drain_exits_at_once(
         elapsed = trio.current_time() - sent
     assert status == 128 + signal.SIGINT
     assert elapsed < FORCED_EXIT_SECONDS + 2.0
+
+
+async def test_the_demo_drains_its_runs_to_their_viewers_on_sigint() -> None:
+    with serve_process(["demo", "--port", "0"]) as (proc, url):
+        async with viewers_of_two_runs(url, "How do remote subagents stream?") as (captures, _):
+            with trio.fail_after(20):
+                for capture in captures.values():
+                    await capture.seen("SUBAGENT_STARTED")  # the remote A2A tasks run
+            sent = trio.current_time()
+            proc.send_signal(signal.SIGINT)
+            await read_until(proc, "stopping: ending every run")
+        status = await trio.to_thread.run_sync(proc.wait, 30)
+        elapsed = trio.current_time() - sent
+    assert status == 0
+    # The default grace (5 s) bounds the drain; the remotes then get their own grace (~5 s).
+    assert elapsed < 5.0 + 5.0 + EXIT_MARGIN
+    for capture in captures.values():
+        capture.assert_ended_by_shutdown()
+    assert captures["ws"].close_code == 1000
+    for _, event in captures["sse"].frames:
+        if event["type"] == "SUBAGENT_FINISHED":
+            assert event["outcome"]["type"] != "success", event
