@@ -1270,16 +1270,20 @@ class Run:
         """End the run successfully now (delegations still running are cancelled first)."""
         await self._close_now(Kind.RUN_FINISHED, text or "")
 
-    async def fail(self, message: str) -> None:
-        await self._close_now(Kind.RUN_FAILED, message)
+    async def fail(self, message: str, code: str = ErrorCode.INTERNAL_ERROR) -> None:
+        """End the run as failed now; `code` (an `ErrorCode`) types the failure in its error."""
+        await self._close_now(Kind.RUN_FAILED, message, code)
 
-    async def _close_now(self, kind: str, reason: str) -> None:
+    async def _close_now(
+        self, kind: str, reason: str, code: str = ErrorCode.INTERNAL_ERROR
+    ) -> None:
         actor = self._actor
         for delegation in list(actor._active.values()):
             delegation.cancel("The run ended.")
         while actor._active:
             await next(iter(actor._active.values())).done.wait()
         actor._outcome, actor._outcome_reason = kind, reason
+        actor._outcome_code = code
         await actor._end(kind, reason)
 
 

@@ -56,6 +56,10 @@ class ErrorCode:
     NODE_LOST: Final = "node_lost"
     #: The run's archive could not be written for longer than its buffer allows.
     STORE_UNAVAILABLE: Final = "store_unavailable"
+    #: A run's parent did not end within the host's run deadline; it was stopped.
+    RUN_DEADLINE: Final = "run_deadline"
+    #: A parent's model endpoint did not answer (refused, timed out) within the retries allowed.
+    MODEL_UNAVAILABLE: Final = "model_unavailable"
 
 
 #: Whether a parent may reasonably retry the same call after this error.
@@ -83,6 +87,8 @@ RETRYABLE_BY_DEFAULT: Final[dict[str, bool]] = {
     ErrorCode.INTERRUPTED: True,
     ErrorCode.NODE_LOST: True,
     ErrorCode.STORE_UNAVAILABLE: True,
+    ErrorCode.RUN_DEADLINE: False,
+    ErrorCode.MODEL_UNAVAILABLE: True,
 }
 
 

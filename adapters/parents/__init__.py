@@ -34,12 +34,14 @@ from adapters.parents._kinds import (
     parent_kinds_text,
 )
 from adapters.parents._process import (
+    STATUS_EVENT,
     TOKEN_ENV,
     CliConfig,
     ParentEvent,
     ParentOutcome,
     ParentProcessError,
     Verdict,
+    probe_model_endpoint,
 )
 from adapters.parents._scripted import (
     DEFAULT_SCRIPT,
@@ -60,6 +62,7 @@ __all__ = [
     "PARENT_KIND_ALIASES",
     "PARENT_KIND_NAMES",
     "SCRIPTED",
+    "STATUS_EVENT",
     "TOKEN_ENV",
     "Answer",
     "Ask",
@@ -83,4 +86,5 @@ __all__ = [
     "codex_command",
     "parent_kind",
     "parent_kinds_text",
+    "probe_model_endpoint",
 ]

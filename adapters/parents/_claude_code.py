@@ -7,7 +7,9 @@ prints: a line that is not JSON, not an object, or of a type this version does n
 
 - `system` `init`: tools and MCP server status -> a `claude.init` custom event; the run's MCP
   server `failed` (a wrong token), `needs-auth` or missing is `fatal` (the CLI would go on
-  without the delegation tool), `pending` a `claude.warning`. Other `system` lines ->
+  without the delegation tool), `pending` a `claude.warning`. `system` `api_retry` (a model
+  request failed and is retried: `attempt`, `max_retries`, `error`) -> the run's status
+  (`parent.status`, counted until the model answers again). Other `system` lines ->
   `claude.system` (the per-delta `thinking_tokens` estimates are dropped).
 - `stream_event` (with `--include-partial-messages`): the Messages API stream. Content blocks
   by index: `text` -> text start/delta/end, `thinking` -> reasoning start/delta/end, `tool_use`
@@ -56,6 +58,8 @@ from engine import Kind, Run
 __all__ = ["ClaudeCodeConfig", "ClaudeCodeParent", "ClaudeStreamParser", "claude_command"]
 
 PREFIX: Final = "claude"
+#: The model name of the assistant message Claude Code writes itself when the API failed.
+_SYNTHETIC_MODEL: Final = "<synthetic>"
 #: How many streamed messages and tool calls the parser remembers for de-duplication.
 _REMEMBERED: Final = 512
 _TEXT: Final = {
@@ -193,8 +197,11 @@ class ClaudeStreamParser(JsonLinesParser):
         if obj.get("parent_tool_use_id") and kind in ("assistant", "user", "stream_event"):
             return self._sidechain(obj, kind)
         if kind == "stream_event":
+            self._answered()
             return self._stream_event(obj, line)
         if kind == "assistant":
+            if _dict(obj.get("message")).get("model") != _SYNTHETIC_MODEL:
+                self._answered()  # not the CLI's own stand-in for an answer that never came
             return self._assistant(obj)
         if kind == "user":
             return self._user(obj)
@@ -235,6 +242,18 @@ class ClaudeStreamParser(JsonLinesParser):
         subtype = _str(obj.get("subtype"))
         if subtype in _QUIET_SYSTEM:
             return []
+        if subtype == "api_retry":  # a model request failed and is retried
+            attempt, limit = obj.get("attempt"), obj.get("max_retries")
+            error = _str(obj.get("error")) or "unknown"
+            status = obj.get("error_status")
+            why = f"HTTP {status}" if isinstance(status, int) else error
+            return [
+                self._retrying(
+                    f"Retrying the model request ({why})",
+                    attempt=attempt if isinstance(attempt, int) else None,
+                    max_retries=limit if isinstance(limit, int) else None,
+                )
+            ]
         if subtype != "init":
             fields = {k: _small(v, 1000) for k, v in obj.items() if k not in ("type", "uuid")}
             return [self._custom("system", fields)]
@@ -586,6 +605,9 @@ def claude_command(
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "ENABLE_TOOL_SEARCH": "false",  # 2.1.332 hides MCP tools behind ToolSearch otherwise
         "MCP_TOOL_TIMEOUT": str(timeout_ms),
+        # Bounds on the model requests (read by Claude Code 2.1.x from its environment).
+        "CLAUDE_CODE_MAX_RETRIES": str(config.max_retries),
+        "API_TIMEOUT_MS": str(max(1, round(config.request_timeout * 1000))),
     }
     if config.base_url:
         env["ANTHROPIC_BASE_URL"] = config.base_url

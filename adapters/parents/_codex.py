@@ -6,7 +6,10 @@ custom event). The lines (codex-rs `exec/src/exec_events.rs`, 0.171):
 
 - `thread.started` (thread id), `turn.started`, `turn.completed` (usage), `turn.failed`
   (error; the verdict fails with it) -> `codex.thread` / `codex.turn` custom events; `error` (a
-  stream error, often followed by a retry) -> `codex.error`.
+  stream error, often followed by a retry) -> `codex.error` and the run's status
+  (`parent.status`). `Reconnecting... <why>` errors are retries of the model request: counted,
+  and past `max_retries` the parser calls the run `fatal` (Codex 0.171 retries a refused
+  connection forever, "waiting for network", whatever its provider's `request_max_retries`).
 - `item.started | item.updated | item.completed` with an item `{id, type, ...}`:
   `agent_message` -> text start/delta/end and `reasoning` -> reasoning start/delta/end (message
   id = item id; updates give what the text grew by); `mcp_tool_call` -> tool call start, args
@@ -44,6 +47,7 @@ import attrs
 
 from adapters.parents._kinds import CODEX
 from adapters.parents._process import (
+    STATUS_EVENT,
     TOKEN_ENV,
     CliConfig,
     CliParent,
@@ -79,6 +83,8 @@ _CUSTOM_ITEMS: Final = frozenset(
     {"file_change", "web_search", "todo_list", "plan", "collab_tool_call"}
 )
 _OUTPUT_CLIP: Final = 8000
+#: How Codex's `error` lines begin while it retries a model request.
+_RETRY_PREFIX: Final = "Reconnecting..."
 _BARE_KEY: Final = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
@@ -114,8 +120,8 @@ class CodexJsonlParser(JsonLinesParser):
 
     prefix = PREFIX
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, *, max_retries: int | None = None) -> None:
+        super().__init__(max_retries=max_retries)
         self.thread_id: str | None = None
         self.usage: dict[str, Any] | None = None
         self.turn_completed = False
@@ -127,7 +133,8 @@ class CodexJsonlParser(JsonLinesParser):
 
     @property
     def fatal(self) -> str | None:
-        return None  # Codex ends its process itself after a failed turn
+        # Codex ends its process itself after a failed turn, not while it retries its model.
+        return self.retry_failure
 
     def _object(self, obj: dict[str, Any], line: str) -> list[ParentEvent]:
         kind = obj.get("type")
@@ -157,7 +164,11 @@ class CodexJsonlParser(JsonLinesParser):
         if kind == "error":
             message = _str(obj.get("message")) or clip(line)
             self.last_error = message
-            return [self._custom("error", {"message": clip(message)})]
+            event = self._custom("error", {"message": clip(message)})
+            if message.startswith(_RETRY_PREFIX):
+                return [event, self._retrying(message)]
+            status = {"text": clip(message, 500), "source": PREFIX}
+            return [event, ParentEvent(Kind.PARENT_CUSTOM, {"name": STATUS_EVENT, "raw": status})]
         if kind in ("item.plan.delta", "request_user_input"):
             fields = {k: _small(v, 2000) for k, v in obj.items() if k != "type"}
             return [self._custom(kind.replace("item.", ""), fields)]
@@ -212,6 +223,8 @@ class CodexJsonlParser(JsonLinesParser):
     def _item(self, phase: str, item: dict[str, Any], line: str) -> list[ParentEvent]:
         item_id: str = item["id"]
         kind = _str(item.get("type"))
+        if kind != "error":
+            self._answered()  # an item of the turn: the model answered
         if kind in _TEXT_ITEMS:
             return self._text(phase, item_id, kind, _str(item.get("text")) or "")
         if kind == "mcp_tool_call":
@@ -380,6 +393,10 @@ def codex_command(
         }
         if config.api_key_env:
             provider["env_key"] = config.api_key_env
+        # Codex's own retry bounds (provider settings of codex-rs `ModelProviderInfo`).
+        provider["request_max_retries"] = config.max_retries
+        provider["stream_max_retries"] = config.max_retries
+        provider["stream_idle_timeout_ms"] = max(1, round(config.request_timeout * 1000))
         argv += ["-c", f"model_providers.{toml_key(config.provider)}={toml_value(provider)}"]
         argv += ["-c", f"model_provider={toml_value(config.provider)}"]
     server = {
@@ -428,7 +445,7 @@ class CodexParent(CliParent):
                 env=child_environment(config, extra),
                 cwd=workdir,
                 config=config,
-                parser=CodexJsonlParser(),
+                parser=CodexJsonlParser(max_retries=config.max_retries),
                 secrets=secrets,
                 on_process=self._started,
             )

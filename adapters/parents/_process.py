@@ -20,9 +20,20 @@ unreaped, so its id cannot have been reused).
 Failure. A binary that cannot be started, a non-zero exit, an output that never reached its
 normal end (garbage, a truncated stream), or a failure the output itself reports (an error result,
 a failed turn, the run's MCP server not connected) fails the run with a message that ends with the
-CLI's stderr tail, cancels its delegations, and raises `ParentProcessError`. Credentials (the
-run's MCP token, the model API key) are redacted from every line, event and message this module
-produces, by the engine's one `Redactor` (the same rules as for remote agents' text).
+CLI's stderr tail, cancels its delegations, and raises `ParentProcessError`. The failure is typed
+by its error code: `run_deadline` when the CLI was still running at `CliConfig.run_deadline`
+(it is stopped as on cancellation), `model_unavailable` when the CLI was retrying its model
+endpoint when it ended (or ran out of the retries `CliConfig.max_retries` allows), else
+`internal_error`.
+
+Model endpoint trouble. Both CLIs retry a model request that fails; what they print while they
+retry becomes a `parent.status` custom event (`STATUS_EVENT`: `{"text", "source", "attempt",
+"max_retries"}`), the run's status line for its viewers. `probe_model_endpoint` is the check a
+command makes before it listens: a TCP connect and one small HTTP request, both bounded.
+
+Credentials (the run's MCP token, the model API key) are redacted from every line, event and
+message this module produces, by the engine's one `Redactor` (the same rules as for remote
+agents' text).
 """
 
 from __future__ import annotations
@@ -38,12 +49,14 @@ from contextlib import suppress
 from typing import Any, Final, NamedTuple, Protocol
 
 import attrs
+import httpx
 import trio
 
-from engine import Kind, Redactor, Run, RunEndpoint
+from engine import ErrorCode, Kind, Redactor, Run, RunEndpoint
 
 __all__ = [
     "DEFAULT_INHERITED_ENV",
+    "STATUS_EVENT",
     "CliParent",
     "JsonLinesParser",
     "TOKEN_ENV",
@@ -58,6 +71,7 @@ __all__ = [
     "child_environment",
     "clip",
     "drive_parent",
+    "probe_model_endpoint",
     "raw_event",
 ]
 
@@ -98,6 +112,9 @@ DEFAULT_INHERITED_ENV: Final = (
     "SSL_CERT_DIR",
     "NODE_EXTRA_CA_CERTS",
 )
+
+#: The name of the custom event that carries a CLI parent's status (a model request it retries).
+STATUS_EVENT: Final = "parent.status"
 
 #: How much of a line a raw/custom event keeps, and of the stderr tail a failure message shows.
 RAW_CLIP_CHARS: Final = 2000
@@ -154,6 +171,11 @@ class OutputParser(Protocol):
         """A failure the output reported that should stop the CLI now, else None."""
         ...
 
+    @property
+    def model_failing(self) -> bool:
+        """Whether the CLI's last word on its model endpoint was a retry (no answer since)."""
+        ...
+
     def verdict(self) -> Verdict: ...
 
 
@@ -177,9 +199,41 @@ class JsonLinesParser:
 
     prefix = "cli"
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_retries: int | None = None) -> None:
         self.lines = 0
         self.raw_lines = 0
+        #: Model request retries the CLI reported since its model last answered.
+        self.retries = 0
+        #: Retries allowed before the parser calls the run `fatal` (None: the CLI's own bound).
+        self.max_retries = max_retries
+        self.retry_failure: str | None = None
+
+    @property
+    def model_failing(self) -> bool:
+        return self.retries > 0
+
+    def _retrying(
+        self, text: str, *, attempt: int | None = None, max_retries: int | None = None
+    ) -> ParentEvent:
+        """The CLI retries a model request: count it, and say so as the run's status."""
+        self.retries += 1
+        limit = self.max_retries
+        if limit is not None and self.retries > limit and self.retry_failure is None:
+            self.retry_failure = (
+                f"the model endpoint did not answer after {limit} "
+                f"{'retry' if limit == 1 else 'retries'} ({clip(text, 500)})"
+            )
+        status = {
+            "text": clip(text, 500),
+            "source": self.prefix,
+            "attempt": attempt if attempt is not None else self.retries,
+            "max_retries": max_retries if max_retries is not None else limit,
+        }
+        return ParentEvent(Kind.PARENT_CUSTOM, {"name": STATUS_EVENT, "raw": status})
+
+    def _answered(self) -> None:
+        """The model answered: the retries so far are over."""
+        self.retries = 0
 
     def feed(self, line: str) -> list[ParentEvent]:
         line = line.strip()
@@ -285,6 +339,11 @@ class CliConfig:
     - `tool_timeout`: seconds the CLI waits for one `delegate_to_agent` call.
     - `interrupt_grace`, `terminate_grace`, `kill_grace`: stopping waits this long after SIGINT,
       SIGTERM and SIGKILL for the CLI to exit.
+    - `max_retries`: how often the CLI retries a model request that failed (handed to the CLI's
+      own setting; a CLI that retries on regardless is stopped after that many).
+    - `request_timeout`: seconds one model request may go without an answer.
+    - `run_deadline`: seconds the whole run may take (None: no deadline); past it the CLI is
+      stopped and the run fails with `run_deadline`.
     """
 
     binary: str
@@ -299,6 +358,13 @@ class CliConfig:
     interrupt_grace: float = attrs.field(default=3.0, validator=_non_negative)
     terminate_grace: float = attrs.field(default=3.0, validator=_non_negative)
     kill_grace: float = attrs.field(default=5.0, validator=_non_negative)
+    max_retries: int = attrs.field(
+        default=2, validator=[attrs.validators.instance_of(int), _non_negative]
+    )
+    request_timeout: float = attrs.field(default=120.0, validator=_positive)
+    run_deadline: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_positive)
+    )
     stderr_tail_bytes: int = 8192
     max_line_bytes: int = 16 * 1024 * 1024
 
@@ -323,12 +389,19 @@ class ParentProcessError(Exception):
     """
 
     def __init__(
-        self, message: str, *, exit_code: int | None = None, stderr_tail: str = ""
+        self,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        stderr_tail: str = "",
+        code: str = ErrorCode.INTERNAL_ERROR,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.exit_code = exit_code
         self.stderr_tail = stderr_tail
+        #: The run's error code (`run_deadline`, `model_unavailable`, `internal_error`).
+        self.code = code
 
 
 @attrs.frozen(kw_only=True)
@@ -591,8 +664,20 @@ async def drive_parent(
         if parser.fatal is not None:
             process.request_stop()
 
+    past_deadline = False
+
+    async def watch_deadline(deadline: float) -> None:
+        nonlocal past_deadline
+        await trio.sleep(deadline)
+        past_deadline = True
+        process.request_stop()
+
     try:
-        exit_code = await process.run(on_line)
+        async with trio.open_nursery() as nursery:
+            if config.run_deadline is not None:
+                nursery.start_soon(watch_deadline, config.run_deadline)
+            exit_code = await process.run(on_line)
+            nursery.cancel_scope.cancel()
     except BaseException:
         if trio.current_effective_deadline() == -math.inf:  # cancelled: the CLI was stopped
             run.cancel(f"The parent agent ({label}) was stopped.")
@@ -603,6 +688,13 @@ async def drive_parent(
     verdict = parser.verdict()
     tail = redactor.text(process.stderr_tail()).strip()
     error = parser.fatal
+    code = ErrorCode.MODEL_UNAVAILABLE if parser.model_failing else ErrorCode.INTERNAL_ERROR
+    if past_deadline:
+        assert config.run_deadline is not None
+        error = f"{label} was stopped at the run deadline ({config.run_deadline:g} s)"
+        if parser.model_failing:
+            error += " while it was retrying its model endpoint"
+        code = ErrorCode.RUN_DEADLINE
     if error is None and exit_code != 0:
         error = f"{label} exited with {_describe_exit(exit_code)}"
         if verdict.error:
@@ -613,13 +705,30 @@ async def drive_parent(
         message = redactor.text(error).rstrip(".") + "."
         if tail:
             message += f"\n{label} stderr (last lines):\n{tail[-MESSAGE_TAIL_CHARS:]}"
-        await run.fail(message)
-        raise ParentProcessError(message, exit_code=exit_code, stderr_tail=tail)
+        await run.fail(message, code)
+        raise ParentProcessError(message, exit_code=exit_code, stderr_tail=tail, code=code)
     text = redactor.text(verdict.text) if verdict.text is not None else None
     await run.finish(text)
     return ParentOutcome(
         text=text, usage=verdict.usage, session_id=verdict.session_id, exit_code=exit_code
     )
+
+
+def probe_model_endpoint(url: str, *, timeout: float = 5.0) -> str | None:
+    """Why the model endpoint `url` cannot serve a CLI parent now, or None if it answers.
+
+    A TCP connect and one GET of `url`, each bounded by `timeout` seconds: any HTTP answer (a
+    404 too) means something listens and speaks HTTP; a refused or timed-out connection, or one
+    that accepts and never answers, is the problem. Blocking: call it before the event loop."""
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            client.get(url)
+    except httpx.TimeoutException:
+        return f"the model endpoint {url} did not answer within {timeout:g} s"
+    except httpx.HTTPError as exc:
+        reason = str(exc) or type(exc).__name__
+        return f"the model endpoint {url} cannot be reached ({clip(reason, 200)})"
+    return None
 
 
 def _describe_exit(code: int) -> str:

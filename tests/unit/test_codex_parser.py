@@ -324,6 +324,10 @@ def test_codex_command_overrides_are_valid_toml_and_hold_no_secret() -> None:
         "base_url": "http://127.0.0.1:9/v1",
         "wire_api": "responses",
         "env_key": "MY_KEY",
+        # Codex's own bounds on model requests, from CliConfig.max_retries / request_timeout
+        "request_max_retries": 2,
+        "stream_max_retries": 2,
+        "stream_idle_timeout_ms": 120000,
     }
     assert parsed["mcp_servers"]["subagents"] == {
         "url": "http://127.0.0.1:8/runs/r/mcp",
