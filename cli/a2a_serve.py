@@ -9,6 +9,11 @@ token check, and the parent and engine each task gets. The A2A server itself is
     READY 8100
     card: http://127.0.0.1:8100/.well-known/agent-card.json
 
+A CLI parent is checked before anything listens (exit 2, naming the field): the variable
+`[parent] api_key_env` names must be set and `model_endpoint` must answer HTTP
+(`HostConfig.check_parent`), so a dead model endpoint is a start-up error, not a task that fails
+minutes later.
+
 `--parent conformance` serves no parent but the A2A conformance suite's scripted agent
 (`adapters.a2a.conformance`) through the same server, for `./dev tck` (tools/conformance).
 
@@ -213,6 +218,7 @@ def a2a_serve_main(
         if options.script not in SCRIPTS:
             raise ValueError(f"unknown script {options.script!r}; use one of {tuple(SCRIPTS)}")
         parent_factory(options)
+        config.check_parent(options.parent)  # its API key variable set, its model answering
         import uvicorn  # noqa: F401
         from a2a.server.routes import create_jsonrpc_routes  # noqa: F401
     except ImportError as exc:
@@ -222,7 +228,7 @@ def a2a_serve_main(
             file=sys.stderr,
         )
         return 2
-    except ValueError as exc:
+    except (ValueError, ConfigError) as exc:
         print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
         return 2
     return _serve_until_stopped(options.served(), out)

@@ -162,6 +162,7 @@ def serve_main(
             ),
         )
         _parent_factory(config)
+        config.check_parent()  # its API key variable set, its model endpoint answering
         if config.agents:
             config.agent_specs()  # credentials are checked before anything listens
         host_token = check_exposure(config)

@@ -66,10 +66,19 @@ from adapters.parents import (
     Think,
     parent_kind,
     parent_kinds_text,
+    probe_model_endpoint,
 )
 from demo.agents import demo_agents, scripted_parent
 from engine import Engine, JournalEntry, Run
-from web.config import AgentEntry, AuthEntry, ConfigError, HostConfig, ParentEntry, ServerEntry
+from web.config import (
+    AgentEntry,
+    AuthEntry,
+    ConfigError,
+    HostConfig,
+    ParentEntry,
+    ServerEntry,
+    api_key_problem,
+)
 
 __all__ = [
     "BUILTIN_REMOTES",
@@ -393,10 +402,10 @@ def plan_demo(
         if unused:
             kinds = "|".join(CLI_PARENT_KINDS)
             problems.append(f"{', '.join(unused)}: only for --parent {kinds} or --remote {kinds}")
-    elif options.api_key_env and not env.get(options.api_key_env):
-        problems.append(
-            f"--api-key-env {options.api_key_env}: the variable {options.api_key_env} is not set"
-        )
+    elif options.api_key_env:
+        missing = api_key_problem(options.api_key_env, env)
+        if missing is not None:
+            problems.append(f"--api-key-env {options.api_key_env}: {missing}")
     if problems:
         raise DemoError(problems)
     assert chosen_parent is not None and chosen_remote is not None  # else a problem above
@@ -644,6 +653,11 @@ def demo_main(options: DemoOptions, *, out: TextIO | None = None) -> int:
             for problem in exc.problems:
                 print(f"subagent-engine demo: {problem}", file=sys.stderr)
             return 2
+        if options.model_endpoint is not None:  # a CLI's: checked before anything starts
+            unreachable = probe_model_endpoint(options.model_endpoint)
+            if unreachable is not None:
+                print(f"subagent-engine demo: --model-endpoint: {unreachable}", file=sys.stderr)
+                return 2
         for path, text in plan.files.items():
             Path(path).write_text(text, encoding="utf-8")
         return run_plan(plan, out or sys.stdout)

@@ -29,7 +29,9 @@ a variable that is not set is an error at start, not at the first delegation.
     [parent]
     kind = "scripted"             # scripted | claude-code (or its alias claude) | codex
     # for the CLIs: binary = "claude", model_endpoint = "http://127.0.0.1:8001",
-    # model = "...", api_key_env = "ANTHROPIC_API_KEY", args = [...], tool_timeout = 600
+    # model = "...", api_key_env = "ANTHROPIC_API_KEY", args = [...], tool_timeout = 600,
+    # max_retries = 2 (model request retries), request_timeout_seconds = 120 (one model
+    # request), run_deadline_seconds = 3600 (a whole run; default: none)
 
     [[agents]]
     key = "research"
@@ -84,6 +86,7 @@ from adapters.parents import (
     ScriptedParent,
     parent_kind,
     parent_kinds_text,
+    probe_model_endpoint,
 )
 from engine import (
     AGENT_KEY_PATTERN,
@@ -102,6 +105,7 @@ __all__ = [
     "ParentEntry",
     "ServerEntry",
     "load_config",
+    "api_key_problem",
     "parse_config",
     "register_protocol",
 ]
@@ -161,6 +165,18 @@ _COMMON_AGENT_SETTINGS: Final = frozenset(
         "policy",
     }
 )
+
+
+#: Seconds the start-up check waits for a CLI parent's model endpoint to answer.
+PROBE_TIMEOUT: Final = 5.0
+
+
+def api_key_problem(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Why the model API key variable `name` cannot be used (it is not set, or empty), if it
+    cannot; `environ` defaults to os.environ. The one check `serve`, `a2a-serve` and `demo` make."""
+    if (os.environ if environ is None else environ).get(name):
+        return None
+    return f"the variable {name} is not set"
 
 
 class ConfigError(Exception):
@@ -301,6 +317,12 @@ class ParentEntry:
     api_key_env: str | None = None
     binary: str | None = None  # the CLI (a path, or a name on PATH); default: claude / codex
     tool_timeout: float | None = None  # seconds the CLI waits for one delegate_to_agent call
+    #: How often the CLI retries a failed model request (None: the adapter's default).
+    max_retries: int | None = None
+    #: Seconds one model request may go without an answer (None: the adapter's default).
+    request_timeout_seconds: float | None = None
+    #: Seconds a whole run may take before its CLI is stopped (None: no deadline).
+    run_deadline_seconds: float | None = None
 
     def cli_parent(self) -> tuple[Any, Callable[[], Any]]:
         """For a CLI kind: (its `ClaudeCodeConfig` / `CodexConfig`, a factory of its parent
@@ -317,6 +339,11 @@ class ParentEntry:
             options["api_key_env"] = self.api_key_env
         if self.tool_timeout is not None:
             options["tool_timeout"] = self.tool_timeout
+        if self.max_retries is not None:
+            options["max_retries"] = self.max_retries
+        if self.request_timeout_seconds is not None:
+            options["request_timeout"] = self.request_timeout_seconds
+        options["run_deadline"] = self.run_deadline_seconds
         config = config_class(**options)
         parent_class: Any = ClaudeCodeParent if self.kind == CLAUDE_CODE else CodexParent
         return config, lambda: parent_class(config)
@@ -355,6 +382,43 @@ class HostConfig:
                 f"(install it, or set parent.binary to its path)",
             )
         return factory
+
+    def check_parent(
+        self,
+        kind: str | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+        probe_timeout: float | None = None,
+    ) -> None:
+        """What a CLI parent needs from the host, checked before anything listens (`kind`: the
+        parent kind served, default `[parent] kind`; nothing to check for the scripted parent):
+        the variable `api_key_env` set, and `model_endpoint` answering HTTP within
+        `probe_timeout` seconds (default `PROBE_TIMEOUT`; `adapters.parents.probe_model_endpoint`:
+        blocking, so call it before the event loop). `ConfigError` naming the field otherwise."""
+        entry = self.parent
+        if (kind or entry.kind) not in CLI_PARENT_KINDS:
+            return
+        if entry.api_key_env is not None:
+            problem = api_key_problem(entry.api_key_env, environ)
+            if problem is not None:
+                path = ("parent", "api_key_env")
+                raise ConfigError(
+                    self.source,
+                    _line_of(self._lines, path),
+                    _dotted(path),
+                    f"{problem}: the CLI would reach its model without a key",
+                )
+        if entry.model_endpoint is not None:
+            timeout = PROBE_TIMEOUT if probe_timeout is None else probe_timeout
+            problem = probe_model_endpoint(entry.model_endpoint, timeout=timeout)
+            if problem is not None:
+                path = ("parent", "model_endpoint")
+                raise ConfigError(
+                    self.source,
+                    _line_of(self._lines, path),
+                    _dotted(path),
+                    f"{problem}; a CLI parent could not get a single answer from its model",
+                )
 
     def host_token(self, environ: Mapping[str, str] | None = None) -> str | None:
         """The host token (`[server] token_env`), read from `environ` (default: os.environ);
@@ -680,9 +744,26 @@ class _Reader:
 
     def parent(self, value: Any) -> ParentEntry:
         path: _Path = ("parent",)
-        known = {"kind", "model_endpoint", "model", "args", "api_key_env", "binary", "tool_timeout"}
+        known = {
+            "kind",
+            "model_endpoint",
+            "model",
+            "args",
+            "api_key_env",
+            "binary",
+            "tool_timeout",
+            "max_retries",
+            "request_timeout_seconds",
+            "run_deadline_seconds",
+        }
         table = self.table(value, path, known)
         timeout = self.get(table, path, "tool_timeout", (int, float), check=_positive)
+        request_timeout = self.get(
+            table, path, "request_timeout_seconds", (int, float), check=_finite_positive
+        )
+        deadline = self.get(
+            table, path, "run_deadline_seconds", (int, float), check=_finite_positive
+        )
         return ParentEntry(
             kind=self.get(table, path, "kind", str, SCRIPTED, check=_parent_kind),
             model_endpoint=self.get(table, path, "model_endpoint", str, check=_http_url),
@@ -691,6 +772,9 @@ class _Reader:
             api_key_env=self.get(table, path, "api_key_env", str, check=_env_name),
             binary=self.get(table, path, "binary", str, check=_nonempty),
             tool_timeout=None if timeout is None else float(timeout),
+            max_retries=self.get(table, path, "max_retries", int, check=_retry_count),
+            request_timeout_seconds=None if request_timeout is None else float(request_timeout),
+            run_deadline_seconds=None if deadline is None else float(deadline),
         )
 
     def agent(self, value: Any, path: _Path) -> AgentEntry:
@@ -831,6 +915,20 @@ def _nonempty(value: str) -> str | None:
 
 def _positive(value: float) -> str | None:
     return None if value > 0 else "must be positive"
+
+
+def _finite_positive(value: float) -> str | None:
+    return None if 0 < value < float("inf") else "must be a positive number of seconds"
+
+
+#: The most model request retries a CLI parent may be given (Claude Code clamps higher values).
+MAX_MODEL_RETRIES: Final = 15
+
+
+def _retry_count(value: int) -> str | None:
+    if 0 <= value <= MAX_MODEL_RETRIES:
+        return None
+    return f"must be between 0 and {MAX_MODEL_RETRIES}"
 
 
 def _not_negative(value: float) -> str | None:
