@@ -1,9 +1,12 @@
 """Two delegations of one model turn run at the same time under a real CLI parent.
 
 The scripted model (tools/peers/scripted_model.py, `PARALLEL: yes`) answers the first request
-with two `delegate_to_agent` calls in one reply. Claude Code runs the MCP calls of one turn
-concurrently only when the tool is annotated `readOnlyHint: true`, which the endpoint does when
-every agent the tool reaches is declared read-only (`AgentSpec.read_only`).
+with two `delegate_to_agent` calls in one reply. Both pinned CLIs run the MCP calls of one turn
+concurrently only when the tool is annotated `readOnlyHint: true` (Claude Code 2.1.332: an MCP
+tool is "concurrency safe" exactly then; Codex 0.171.0: its tool dispatch takes a shared lock for
+such calls and an exclusive one otherwise, with `parallel_tool_calls: true` in its Responses
+request already), which the endpoint does when every agent the tool reaches is declared
+read-only (`AgentSpec.read_only`).
 
 The overlap is shown deterministically: each agent, once started, waits for the other one to
 start before it answers. Run one after the other, the first would wait in vain (until a bound,
@@ -26,7 +29,7 @@ import trio
 from adapters.agui import check_frames, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from engine import AgentSpec
-from tests.helpers.peers import MODEL_KEY_ENV, ScriptedModel
+from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 from web.config import parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
@@ -62,9 +65,10 @@ class Meeting:
         return AgentSpec(key=key, target=InProcessTarget(run), read_only=read_only)
 
 
-def host_toml(cli: str, bin_dir: Path, model_url: str) -> str:
+def host_toml(cli: str, bin_dir: Path, model_url: str, args: tuple[str, ...] = ()) -> str:
     kind, endpoint, name = {
         "claude": ("claude-code", model_url, "claude-scripted"),
+        "codex": ("codex", f"{model_url}/v1", CODEX_MODEL),
     }[cli]
     return (
         "[parent]\n"
@@ -73,15 +77,16 @@ def host_toml(cli: str, bin_dir: Path, model_url: str) -> str:
         f'model_endpoint = "{endpoint}"\n'
         f'model = "{name}"\n'
         f'api_key_env = "{MODEL_KEY_ENV}"\n'
+        f"args = {json.dumps(list(args))}\n"
         "tool_timeout = 120\n"
     )
 
 
 @asynccontextmanager
 async def cli_server(
-    cli: str, bin_dir: Path, model_url: str, agents: list[AgentSpec]
+    cli: str, bin_dir: Path, model_url: str, agents: list[AgentSpec], args: tuple[str, ...] = ()
 ) -> AsyncIterator[str]:
-    config = parse_config(host_toml(cli, bin_dir, model_url), "host.toml")
+    config = parse_config(host_toml(cli, bin_dir, model_url, args), "host.toml")
     async with (
         open_host(config, agents, config.parent_factory()) as (host, _),
         serve_app(create_app(host, config, default_encoder_factory())) as base,
@@ -106,11 +111,16 @@ def cli_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
 
 
 async def run_turn(
-    cli: str, bin_dir: Path, model: ScriptedModel, meeting: Meeting, read_only: bool
+    cli: str,
+    bin_dir: Path,
+    model: ScriptedModel,
+    meeting: Meeting,
+    read_only: bool,
+    args: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
     agents = [meeting.agent(key, read_only=read_only) for key in KEYS]
     async with (
-        cli_server(cli, bin_dir, model.base_url, agents) as base,
+        cli_server(cli, bin_dir, model.base_url, agents, args) as base,
         httpx.AsyncClient(timeout=180) as http,
     ):
         with trio.fail_after(180):
@@ -130,7 +140,7 @@ def lifecycle(events: list[dict[str, Any]]) -> list[str]:
     return [e["type"] for e in events if e["type"] in ("SUBAGENT_STARTED", "SUBAGENT_FINISHED")]
 
 
-@pytest.mark.parametrize("cli", ["claude"])
+@pytest.mark.parametrize("cli", ["claude", "codex"])
 async def test_read_only_agents_of_one_turn_run_at_the_same_time(
     cli: str, cli_bin: Path, model: ScriptedModel, cli_env: None
 ) -> None:
@@ -142,7 +152,7 @@ async def test_read_only_agents_of_one_turn_run_at_the_same_time(
     assert lifecycle(events) == ["SUBAGENT_STARTED"] * 2 + ["SUBAGENT_FINISHED"] * 2
 
 
-@pytest.mark.parametrize("cli", ["claude"])
+@pytest.mark.parametrize("cli", ["claude", "codex"])
 async def test_without_the_declaration_they_run_one_after_the_other(
     cli: str, cli_bin: Path, model: ScriptedModel, cli_env: None
 ) -> None:
