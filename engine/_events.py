@@ -79,6 +79,9 @@ class Kind:
     PARENT_TOOL_CALL_END: Final = "tool_call.end"
     PARENT_TOOL_CALL_RESULT: Final = "tool_call.result"
     PARENT_CUSTOM: Final = "custom"
+    #: The name of the custom event that is the parent's status line (`raw["text"]`: a model
+    #: request it retries, a wait): viewers show it; a2a-serve makes it a `working` status.
+    PARENT_STATUS_NAME: Final = "parent.status"
 
     # Markers the journal and the lanes add for a reader.
     #: Events a buffer dropped or folded by policy for one reader, and how many.

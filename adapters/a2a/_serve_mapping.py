@@ -40,7 +40,9 @@ returns the updates to publish, in order. Which events become what, and why:
 - `run.finished` -> `completed`, the status message carrying the final text: the run's own
   (a CLI's final result) or else the text of the parent's last assistant message.
   `run.failed` -> `failed` with the reason; `run.cancelled` -> `canceled` with the reason.
-- Everything else (`custom`, the run's own delegations' `subagent.*` events, `stream.dropped`)
+- `custom` named `parent.status` (`Kind.PARENT_STATUS_NAME`: the parent's status line, such as
+  a CLI retrying its model request) -> a `working` status with its text, metadata kind `status`.
+- Everything else (other `custom`, the run's own delegations' `subagent.*` events, `stream.dropped`)
   -> nothing: they are the parent's internals, not its answer.
 
 A question the parent asks whoever sent the task (`ask_requester`, see `adapters.a2a.serving`)
@@ -62,7 +64,7 @@ import json
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from a2a.types import (
@@ -265,6 +267,11 @@ class ParentTaskMapper:
                 out.append(self._status(TaskState.TASK_STATE_WORKING, None))
         elif kind == Kind.GAP:
             self._gap(event, out)
+        elif kind == Kind.PARENT_CUSTOM and event.name == Kind.PARENT_STATUS_NAME:
+            text = event.raw.get("text") if isinstance(event.raw, Mapping) else None
+            if isinstance(text, str) and text:
+                self._flush_text(out)
+                out.append(self._status(TaskState.TASK_STATE_WORKING, text, kind="status"))
         elif kind in _RUN_TERMINALS:
             state = _RUN_TERMINALS[kind]
             reason = event.text

@@ -114,7 +114,7 @@ DEFAULT_INHERITED_ENV: Final = (
 )
 
 #: The name of the custom event that carries a CLI parent's status (a model request it retries).
-STATUS_EVENT: Final = "parent.status"
+STATUS_EVENT: Final = Kind.PARENT_STATUS_NAME
 
 #: How much of a line a raw/custom event keeps, and of the stderr tail a failure message shows.
 RAW_CLIP_CHARS: Final = 2000

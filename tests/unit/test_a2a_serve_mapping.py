@@ -408,3 +408,19 @@ def test_every_key_the_mapper_writes_is_camel_case_as_a2a_json_is() -> None:
     )
     assert METADATA_KEY in keys
     assert not {key for key in keys if re.fullmatch(r"[a-z]+(_[a-z]+)+", key)}
+
+
+def test_the_parent_s_status_line_becomes_a_working_status() -> None:
+    retrying = "Reconnecting... waiting for network (Connection failed)"
+    updates = mapper().feed(
+        [
+            *say("m", "Let me look.")[:2],
+            ev(Kind.PARENT_CUSTOM, name=Kind.PARENT_STATUS_NAME, raw={"text": retrying}),
+            ev(Kind.PARENT_CUSTOM, name=Kind.PARENT_STATUS_NAME, raw={"attempt": 1}),  # no text
+            ev(Kind.PARENT_CUSTOM, name=Kind.PARENT_STATUS_NAME, raw=None),
+        ]
+    )
+    assert [described(u) for u in updates] == [
+        ("chunk", False, False, "Let me look."),  # the text so far goes first
+        ("TASK_STATE_WORKING", retrying, None, "status"),
+    ]
