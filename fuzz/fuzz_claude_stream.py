@@ -74,6 +74,10 @@ def check_parent_events(events: Sequence[ParentEvent]) -> None:
             assert isinstance(fields["name"], str) and fields["name"]
             if fields["name"].endswith(".raw"):
                 assert len(fields["raw"]["line"]) <= RAW_CLIP_CHARS, "raw line not clipped"
+            elif fields["name"] == "tool_call.progress":
+                call = fields["raw"]["tool_call_id"]
+                assert ("tool", call) in state, f"progress of {call!r}, a call never started"
+                assert ("result", call) not in state, f"progress of {call!r} after its result"
     open_things = [key for key, value in state.items() if value == "open"]
     assert not open_things, f"left open after close(): {open_things}"
 
@@ -130,6 +134,14 @@ _TURN: Final = [
     _se({"type": "content_block_stop", "index": 2}),
     _se({"type": "message_stop"}),
     _line(
+        "tool_progress",
+        tool_use_id="toolu_1-heartbeat-0",
+        tool_name=_TOOL,
+        parent_tool_use_id="toolu_1",
+        elapsed_time_seconds=30,
+        heartbeat=True,
+    ),
+    _line(
         "user",
         message={"content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "ok"}]},
         tool_use_result={"structuredContent": {"status": "completed"}},
@@ -155,6 +167,14 @@ SEEDS: list[bytes] = [
     b'"delta":{"type":"thinking_delta","thinking":"x"}}}\n{"type":"stream_event","event":'
     b'{"type":"content_block_start","index":5,"content_block":{"type":"text"}}}',
     b"\xff\xfe not utf-8\n[1]\n{}\nnull\n",
+    # A heartbeat of a call after its result, and of a call never started.
+    "\n".join(
+        [
+            *_TURN[:-1],
+            _TURN[-3].replace("heartbeat-0", "heartbeat-1"),
+            _TURN[-3].replace("_1", "_2"),
+        ]
+    ).encode(),
     # Found by fuzzing: a block whose type is "tool" was taken for a tool call.
     b'{"type":"stream_event","event":{"type":"content_block_start","index":1,'
     b'"content_block":{"type":"tool"}}}',
@@ -194,6 +214,10 @@ DICTIONARY: list[bytes] = [
     b'"is_error"',
     b'"structuredContent"',
     b'"tool_use_result"',
+    b'"tool_progress"',
+    b'"heartbeat"',
+    b'"elapsed_time_seconds"',
+    b"-heartbeat-",
 ]
 
 

@@ -22,6 +22,14 @@ prints: a line that is not JSON, not an object, or of a type this version does n
   whole. Claude Code writes a block's `assistant` line before the block's `content_block_stop`.
 - `user`: `tool_result` blocks -> tool call results (the MCP structured content when the line
   carries it in `tool_use_result`).
+- `tool_progress`: a call still running. Claude Code writes one for a tool call that has waited
+  30 s and every 30 s after (a heartbeat: `tool_use_id` `<call id>-heartbeat-<n>`,
+  `parent_tool_use_id` the call, `tool_name`, `elapsed_time_seconds`, `heartbeat: true`) and
+  for some tools' own progress (`tool_use_id` the call). -> a `tool_call.progress` custom event
+  naming the parent's call (`tool_call_id`, `tool_name`, `elapsed_seconds`), which the page
+  shows on the call. A call of Claude's own subagent is named by `parent_tool_use_id` only:
+  its progress is that of the parent's call running the subagent. Progress of a call that
+  already has its result, or of no call this parser saw, is dropped.
 - `result`: the final text, usage, `is_error` -> a `claude.result` custom event and the verdict.
 
 Lines of Claude Code's own subagents (`parent_tool_use_id` set) become `claude.sidechain` custom
@@ -33,6 +41,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections import OrderedDict
@@ -58,6 +67,9 @@ from engine import Kind, Run
 __all__ = ["ClaudeCodeConfig", "ClaudeCodeParent", "ClaudeStreamParser", "claude_command"]
 
 PREFIX: Final = "claude"
+#: The custom event of a parent tool call still running (CLI-neutral: the page draws it).
+TOOL_CALL_PROGRESS: Final = "tool_call.progress"
+_HEARTBEAT_SUFFIX: Final = re.compile(r"-heartbeat-\d{1,12}$")
 #: The model name of the assistant message Claude Code writes itself when the API failed.
 _SYNTHETIC_MODEL: Final = "<synthetic>"
 #: How many streamed messages and tool calls the parser remembers for de-duplication.
@@ -207,6 +219,8 @@ class ClaudeStreamParser(JsonLinesParser):
             return self._user(obj)
         if kind == "result":
             return self._result(obj)
+        if kind == "tool_progress":
+            return self._tool_progress(obj)
         if kind == "system":
             return self._system(obj)
         return self._raw("unknown_type", line, type=_small(kind, 100))
@@ -296,6 +310,23 @@ class ClaudeStreamParser(JsonLinesParser):
             "content": _small(message.get("content"), 4000),
         }
         return [self._custom("sidechain", raw)]
+
+    def _tool_progress(self, obj: dict[str, Any]) -> list[ParentEvent]:
+        own = _str(obj.get("tool_use_id")) or ""
+        candidates = (_HEARTBEAT_SUFFIX.sub("", own), own, _str(obj.get("parent_tool_use_id")))
+        call = next((c for c in candidates if c and c in self._tools), None)
+        if call is None or call in self._results:
+            return []
+        fields: dict[str, Any] = {"tool_call_id": call}
+        name = _str(obj.get("tool_name"))
+        if name:
+            fields["tool_name"] = clip(name, 200)
+        elapsed = _int(obj.get("elapsed_time_seconds"))  # whole seconds (Math.floor)
+        if elapsed is not None and 0 <= elapsed < 10**9:
+            fields["elapsed_seconds"] = elapsed
+        if obj.get("heartbeat") is True:
+            fields["heartbeat"] = True
+        return [ParentEvent(Kind.PARENT_CUSTOM, {"name": TOOL_CALL_PROGRESS, "raw": fields})]
 
     def _result(self, obj: dict[str, Any]) -> list[ParentEvent]:
         out: list[ParentEvent] = []

@@ -577,3 +577,78 @@ def test_every_line_of_a_recorded_transcript_is_understood(path: Path) -> None:
         if kind == Kind.PARENT_TOOL_CALL_RESULT and isinstance(structured, dict):
             # The id of the tool_use block is the one the endpoint got in `_meta`.
             assert structured["parent_tool_call_id"] == fields["tool_call_id"]
+
+
+# -- tool_progress: a call still running ----------------------------------------------------------
+
+
+def tool_progress(tool_use_id: str, parent: str | None, elapsed: Any = 30, **more: Any) -> str:
+    """A `tool_progress` line as Claude Code 2.1.332 writes it (its heartbeat has these fields)."""
+    line = {
+        "type": "tool_progress",
+        "tool_use_id": tool_use_id,
+        "tool_name": TOOL,
+        "parent_tool_use_id": parent,
+        "elapsed_time_seconds": elapsed,
+        "session_id": "sess-1",
+        "uuid": "5b0e4b0c-0d1f-4f43-9a43-3f1f2b1f9a10",
+        **more,
+    }
+    return json.dumps(line)
+
+
+def test_a_heartbeat_is_progress_of_its_call_not_a_raw_line() -> None:
+    parser = ClaudeStreamParser()
+    feed(parser, init(), *streamed_turn())
+    events = feed(
+        parser,
+        tool_progress("toolu_1-heartbeat-0", "toolu_1", 30, heartbeat=True),
+        tool_progress("toolu_1-heartbeat-1", "toolu_1", 60, heartbeat=True),
+    )
+    assert [e.fields["name"] for e in events] == ["tool_call.progress"] * 2
+    assert [e.fields["raw"] for e in events] == [
+        {"tool_call_id": "toolu_1", "tool_name": TOOL, "elapsed_seconds": s, "heartbeat": True}
+        for s in (30, 60)
+    ]
+    assert parser.raw_lines == 0
+
+
+def test_a_tools_own_progress_names_the_call_itself() -> None:
+    parser = ClaudeStreamParser()
+    feed(parser, *streamed_turn())
+    [event] = parser.feed(tool_progress("toolu_1", None, 4))
+    assert event.fields["raw"] == {
+        "tool_call_id": "toolu_1",
+        "tool_name": TOOL,
+        "elapsed_seconds": 4,
+    }
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        tool_progress("toolu_9-heartbeat-0", "toolu_9", heartbeat=True),  # a call never seen
+        tool_progress("toolu_x", None),
+        json.dumps({"type": "tool_progress"}),
+        json.dumps({"type": "tool_progress", "tool_use_id": 7, "parent_tool_use_id": ["x"]}),
+    ],
+)
+def test_progress_of_no_known_call_is_dropped(line: str) -> None:
+    parser = ClaudeStreamParser()
+    feed(parser, *streamed_turn())
+    assert parser.feed(line) == []
+    assert parser.raw_lines == 0
+
+
+def test_progress_after_the_calls_result_is_dropped() -> None:
+    parser = ClaudeStreamParser()
+    feed(parser, *streamed_turn(), tool_result("toolu_1", "done"))
+    assert parser.feed(tool_progress("toolu_1-heartbeat-3", "toolu_1", heartbeat=True)) == []
+
+
+@pytest.mark.parametrize("elapsed", [-1, 1.5, True, "30", None, 10**12])
+def test_an_odd_elapsed_time_is_left_out(elapsed: Any) -> None:
+    parser = ClaudeStreamParser()
+    feed(parser, *streamed_turn())
+    [event] = parser.feed(tool_progress("toolu_1-heartbeat-0", "toolu_1", elapsed))
+    assert "elapsed_seconds" not in event.fields["raw"]
