@@ -1,8 +1,8 @@
 """The `subagent-engine` command: one console script, one subcommand per job.
 
 This module only parses arguments and dispatches; each job lives in its own module
-(`demo`, `cli.serve`, `cli.a2a_serve`, `cli.check_stream`, `tools.bench.journal`, `tools.bench.a2a`,
-`tools.bench.mcp`, `tools.bench.scale`, `tools.soak`).
+(`demo`, `cli.run`, `cli.serve`, `cli.a2a_serve`, `cli.check_stream`, `tools.bench.journal`,
+`tools.bench.a2a`, `tools.bench.mcp`, `tools.bench.scale`, `tools.soak`).
 """
 
 from __future__ import annotations
@@ -71,6 +71,31 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--json", action="store_true", help="with --print: one JSON line per entry")
     demo.add_argument(
         "--fast", action="store_true", help="with --print: no pauses between chunks (tests, CI)"
+    )
+
+    run = sub.add_parser(
+        "run",
+        help="run one prompt in the terminal and draw its subagents live as a tree",
+        description=(
+            "Run one prompt with the configured parent (scripted, claude-code, codex) and its "
+            "agents, draw the parent, its tool calls and each subagent live as a tree (redrawn "
+            "in place on a terminal, appended plain lines otherwise or with NO_COLOR), then print "
+            "the result. Exit status: 0 finished, 1 failed, 2 bad options or configuration, "
+            "3 cancelled, 130 interrupted by Ctrl-C (the run and its remote tasks cancelled)."
+        ),
+    )
+    run.add_argument("prompt", metavar="PROMPT", help="what the parent is asked")
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help="host configuration (TOML): [parent], [[agents]]; default: embedded demo "
+        "(the scripted parent and two in-process agents)",
+    )
+    run.add_argument(
+        "--parent",
+        metavar="KIND",
+        help="the parent: scripted, claude-code (or claude), codex (default: the config's "
+        "[parent] kind; a CLI takes its model settings from [parent])",
     )
 
     serve = sub.add_parser(
@@ -167,6 +192,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "demo":
         return _demo(args)
+    if args.command == "run":
+        from cli.run import run_main
+
+        return run_main(args.prompt, config_path=args.config, parent=args.parent)
     if args.command == "serve":
         from cli.serve import serve_main
 
