@@ -35,6 +35,18 @@ prints: a line that is not JSON, not an object, or of a type this version does n
 Lines of Claude Code's own subagents (`parent_tool_use_id` set) become `claude.sidechain` custom
 events: they are not the parent's words. `ClaudeCodeParent` is the I/O side: it runs the CLI
 through `adapters.parents._process` with the run's MCP endpoint, the token in the environment.
+
+Backgrounded MCP calls: Claude Code 2.1.x can move an MCP call that runs longer than
+`CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS` (default 120 s) to the background. Under `-p` with stdin
+closed (how this adapter runs it) that happens only when its environment also sets
+`CLAUDE_AUTO_BACKGROUND_TASKS`. The call's `tool_result` is then a placeholder ("... was moved to
+the background as task <id> and keeps running"), the model answers without the delegation's
+result, and the MCP request stays open: a result that arrives before the CLI gives up on its
+background tasks (measured: ~5 s after its `result` line) starts a follow-up turn carrying it
+(`system` `task_notification`, a second `init` and `result`); a later one is lost, the CLI
+cancelling the call. Delegations are long by nature, so `claude_command` sets the threshold to
+`ClaudeCodeConfig.auto_background_ms`, 0 by default: never background, the result always
+arrives as the call's own `tool_result`.
 """
 
 from __future__ import annotations
@@ -590,15 +602,26 @@ class ClaudeStreamParser(JsonLinesParser):
 # -- the CLI parent ---------------------------------------------------------------------------
 
 
+def _milliseconds(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{attribute.name} must be whole milliseconds (an int), not {value!r}")
+    if value < 0:
+        raise ValueError(f"{attribute.name} must be >= 0, not {value}")
+
+
 @attrs.frozen(kw_only=True)
 class ClaudeCodeConfig(CliConfig):
     """Claude Code as a parent (see `CliConfig`). `api_key_env` names the host variable whose
     value becomes `ANTHROPIC_API_KEY` (unset: the CLI's own login applies); `base_url` becomes
-    `ANTHROPIC_BASE_URL`. `partial_messages` streams text as it is generated."""
+    `ANTHROPIC_BASE_URL`. `partial_messages` streams text as it is generated.
+    `auto_background_ms` becomes `CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS` (over any value in `env`):
+    after how long Claude Code may move a delegation to the background (see the module docs);
+    0, the default, never."""
 
     binary: str = "claude"
     api_key_env: str | None = "ANTHROPIC_API_KEY"
     partial_messages: bool = True
+    auto_background_ms: int = attrs.field(default=0, validator=_milliseconds)
 
 
 def claude_command(
@@ -636,6 +659,8 @@ def claude_command(
         "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
         "ENABLE_TOOL_SEARCH": "false",  # 2.1.332 hides MCP tools behind ToolSearch otherwise
         "MCP_TOOL_TIMEOUT": str(timeout_ms),
+        # 0: a delegation is never moved to the background, where its result may be lost.
+        "CLAUDE_CODE_MCP_AUTO_BACKGROUND_MS": str(config.auto_background_ms),
         # Bounds on the model requests (read by Claude Code 2.1.x from its environment).
         "CLAUDE_CODE_MAX_RETRIES": str(config.max_retries),
         "API_TIMEOUT_MS": str(max(1, round(config.request_timeout * 1000))),
