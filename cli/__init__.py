@@ -80,7 +80,8 @@ def _parser() -> argparse.ArgumentParser:
             "Run one prompt with the configured parent (scripted, claude-code, codex) and its "
             "agents, draw the parent, its tool calls and each subagent live as a tree (redrawn "
             "in place on a terminal, appended plain lines otherwise or with NO_COLOR), then print "
-            "the result. Exit status: 0 finished, 1 failed, 2 bad options or configuration, "
+            "the result. Exit status: 0 finished, 1 the run or a subagent failed, 2 bad options or "
+            "configuration, "
             "3 cancelled, 130 interrupted by Ctrl-C (the run and its remote tasks cancelled)."
         ),
     )

@@ -13,7 +13,8 @@ run's result text (or its error), and an exit status saying how the run ended.
 Runs are kept in memory only (a one-shot run leaves nothing in `[store]`). With no `[[agents]]`
 it delegates to the two in-process demo agents, as `serve` does.
 
-Exit status (`EXIT_*`): 0 the run finished; 1 it failed (its error is printed); 2 the command
+Exit status (`EXIT_*`): 0 the run finished and every subagent with it; 1 the run failed (its
+error is printed), or it finished but a subagent failed (the answer is printed); 2 the command
 line or the configuration is wrong, or the run could not start; 3 the run was cancelled by
 something other than this terminal; 130 Ctrl-C (or SIGTERM) interrupted it: the run was
 cancelled, its remote tasks too, and its end drawn before the command exits. A second Ctrl-C
@@ -33,7 +34,7 @@ import attrs
 import trio
 
 from adapters.parents import parent_kind, parent_kinds_text
-from cli._tree import RunTree, cut_to_width, redraw
+from cli._tree import FAILED, RunTree, cut_to_width, redraw
 from demo.agents import demo_agents
 from engine import Kind, TargetPrepareError
 from web.config import ConfigError, HostConfig, StoreEntry, load_config, parse_config
@@ -116,10 +117,12 @@ def _load(config_path: str | None, parent: str | None) -> HostConfig:
 
 
 def _exit_status(tree: RunTree, interrupted: bool) -> int:
-    if tree.outcome == Kind.RUN_FINISHED:
-        return EXIT_FINISHED
     if tree.outcome == Kind.RUN_FAILED:
         return EXIT_FAILED
+    if tree.outcome == Kind.RUN_FINISHED:
+        # A parent may answer after a subagent failed; the status still says one did.
+        failed = any(node.status == FAILED for node in tree.subagents())
+        return EXIT_FAILED if failed else EXIT_FINISHED
     return EXIT_INTERRUPTED if interrupted else EXIT_CANCELLED
 
 
