@@ -48,6 +48,14 @@ from engine._journal import (
     Subscription,
 )
 from engine._lanes import JournalEntry, LaneBuffer, LaneStatistics, event_weight
+from engine._parent_view import (
+    OutputPage,
+    OutputReference,
+    ParentView,
+    delegation_output,
+    output_page,
+    parent_view,
+)
 from engine._recovery import RecoveredDelegation, RecoveredRun, recover_runs
 from engine._redact import REDACTED, RedactedStream, Redactor, valid_text, valid_value
 from engine._registry import (
@@ -61,6 +69,8 @@ from engine._registry import (
     RegistryError,
 )
 from engine._results import (
+    DEFAULT_MAX_RESULT_CHARS,
+    MIN_RESULT_CHARS,
     ArtifactRef,
     DelegationError,
     DelegationResult,
@@ -110,6 +120,14 @@ from engine._wire import (
 )
 
 __all__ = [
+    "DEFAULT_MAX_RESULT_CHARS",
+    "MIN_RESULT_CHARS",
+    "OutputPage",
+    "OutputReference",
+    "ParentView",
+    "delegation_output",
+    "output_page",
+    "parent_view",
     "ARCHIVE_FORMAT_VERSION",
     "DelegationAudit",
     "DelegationAudits",

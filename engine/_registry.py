@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 
 from engine._redact import SHORT_SECRET_CHARS
-from engine._results import DelegationError, ErrorCode, InputArtifact
+from engine._results import (
+    DEFAULT_MAX_RESULT_CHARS,
+    MIN_RESULT_CHARS,
+    DelegationError,
+    ErrorCode,
+    InputArtifact,
+)
 from engine._tool_input import AGENT_KEY_PATTERN, ToolInput, is_agent_key
 
 if TYPE_CHECKING:
@@ -128,9 +134,20 @@ class DelegationPolicy:
     max_summary_chars: int = attrs.field(default=4000, validator=_non_negative)
     #: Streamed text and reasoning of one delegation, in characters (`output_too_large` past it).
     max_text_chars: int = attrs.field(default=4_000_000, validator=_non_negative)
+    #: What the parent model reads of one result, in characters (text and structured JSON
+    #: each); output past it is served on demand by reference (`engine._parent_view`).
+    max_result_chars: int = attrs.field(default=DEFAULT_MAX_RESULT_CHARS)
     allow_remote_artifacts: bool = True
     context_policy: str = attrs.field(default=ContextPolicy.EPHEMERAL, validator=_context_policy)
     max_nesting_depth: int = attrs.field(default=2, validator=_nesting_depth)
+
+    @max_result_chars.validator
+    def _check_result_chars(self, attribute: attrs.Attribute[Any], value: int) -> None:
+        if value < MIN_RESULT_CHARS:
+            raise RegistryError(
+                f"{attribute.name} must be at least {MIN_RESULT_CHARS} (room for the ids, "
+                f"status and error), got {value!r}"
+            )
 
     def effective_timeout(self, requested: float | None) -> float:
         """The timeout a delegation gets: the request's (or `default_timeout`), clamped to

@@ -1,7 +1,9 @@
 """Delegation outcomes: the structured result and the typed error a parent model receives.
 
 This module owns the vocabulary of how a delegation ends: its status, the error codes a parent
-model is given and whether each is worth retrying. It holds values only; the JSON
+model is given and whether each is worth retrying, and the bounds of how much of a result a parent
+model reads (`DEFAULT_MAX_RESULT_CHARS`, `MIN_RESULT_CHARS`; the view itself is
+`engine._parent_view`). It holds values only; the JSON
 shape is owned by `engine._wire`, and nothing here performs I/O.
 """
 
@@ -12,6 +14,8 @@ from typing import Any, Final
 import attrs
 
 __all__ = [
+    "DEFAULT_MAX_RESULT_CHARS",
+    "MIN_RESULT_CHARS",
     "ArtifactRef",
     "DelegationError",
     "DelegationResult",
@@ -21,6 +25,13 @@ __all__ = [
     "Status",
     "RemoteCancel",
 ]
+
+
+#: The default budget, in characters, of what a parent model reads of one delegation's result
+#: (`DelegationPolicy.max_result_chars`; rendered by `engine._parent_view`).
+DEFAULT_MAX_RESULT_CHARS: Final = 16_000
+#: The smallest such budget a host may set: room for the ids, the status and a clipped error.
+MIN_RESULT_CHARS: Final = 4_000
 
 
 class ErrorCode:
@@ -60,6 +71,8 @@ class ErrorCode:
     RUN_DEADLINE: Final = "run_deadline"
     #: A parent's model endpoint did not answer (refused, timed out) within the retries allowed.
     MODEL_UNAVAILABLE: Final = "model_unavailable"
+    #: A delegation id that is not one of this run's (unknown, or another run's).
+    DELEGATION_NOT_FOUND: Final = "delegation_not_found"
 
 
 #: Whether a parent may reasonably retry the same call after this error.
@@ -89,6 +102,7 @@ RETRYABLE_BY_DEFAULT: Final[dict[str, bool]] = {
     ErrorCode.STORE_UNAVAILABLE: True,
     ErrorCode.RUN_DEADLINE: False,
     ErrorCode.MODEL_UNAVAILABLE: True,
+    ErrorCode.DELEGATION_NOT_FOUND: False,
 }
 
 

@@ -42,6 +42,7 @@ a variable that is not set is an error at start, not at the first delegation.
     read_only = true              # changes nothing: parents may run such delegations at once
     [agents.policy]
     default_timeout = 300
+    max_result_chars = 16000      # what the parent model reads of one result; the rest by reference
 
     [[agents]]                    # a remote AG-UI agent: same keys, `url` instead of `card_url`
     key = "writer"

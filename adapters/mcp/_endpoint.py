@@ -30,6 +30,12 @@ if the response has not started, and otherwise ends it quietly (an SSE stream th
 short is closed properly); the SDK's error reports of that teardown become one debug line of
 this module's logger (`_TeardownLogFilter`).
 
+Reading what did not fit. A delegation's result is lean (`adapters.mcp._tools.render_result`);
+the rest of its output is read with the `read_delegation_output` tool or `resources/read` of its
+output URI (`subagent://runs/<run id>/delegations/<delegation id>/output?offset=N`). Both look the
+delegation up in the caller's own run (the run the token names), so another run's delegations
+are as unknown as made-up ids, and return at most the agent's `max_result_chars` per read.
+
 Progress: while a call is blocked, its own delegation's events (not other delegations of the
 run) are summarised into `notifications/progress`, at most one per `progress_interval` and at
 least one per `heartbeat_interval` even when the remote is silent, so parent CLIs that watch for
@@ -70,6 +76,8 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from mcp_types.jsonrpc import INVALID_PARAMS
 
 from adapters.listener import (
     ListenerLimits,
@@ -81,24 +89,37 @@ from adapters.listener import (
 )
 from adapters.mcp._tools import (
     ASK_TOOL,
+    OUTPUT_URI_SCHEME,
+    READ_OUTPUT_TOOL,
     AgentSummary,
+    OutputRead,
     list_tools,
     read_call,
+    read_output_call,
+    read_output_uri,
     read_question,
     render_answer,
     render_error,
+    render_page,
     render_result,
 )
 from engine import (
+    DEFAULT_MAX_RESULT_CHARS,
     AmbiguousCorrelation,
     Correlation,
     DelegationError,
+    DelegationResult,
     ErrorCode,
     Kind,
+    OutputPage,
     Redactor,
+    RegistryError,
     Run,
     RunEndpoint,
+    Status,
     Target,
+    delegation_output,
+    output_page,
 )
 
 __all__ = ["DelegationEndpoint", "EndpointSettings", "Requester", "RequesterError"]
@@ -307,6 +328,8 @@ class DelegationEndpoint:
             ),
             on_list_tools=self._list_tools,
             on_call_tool=self._call_tool,
+            on_list_resource_templates=self._list_resource_templates,
+            on_read_resource=self._read_resource,
         )
         self._manager: StreamableHTTPSessionManager | None = None
         #: Calls in flight and what became of finished ones, for tests and metrics.
@@ -553,6 +576,12 @@ class DelegationEndpoint:
         run = slot.run
         if params.name == ASK_TOOL and self.requester is not None:
             return await self._ask(ctx, run, self.requester, params.arguments)
+        if params.name == READ_OUTPUT_TOOL:
+            try:
+                read = read_output_call(params.arguments)
+                return render_page(read.delegation_id, _read_output(run, read))
+            except DelegationError as error:
+                return render_error(error, tool=READ_OUTPUT_TOOL)
         try:
             call = read_call(
                 params.name, params.arguments, params.meta, shortcuts=self.settings.shortcuts
@@ -612,9 +641,57 @@ class DelegationEndpoint:
             # The delegation's events, terminal included, are in the journal before the parent
             # sees the result.
             await run.flush()
-            return render_result(result)
+            return render_result(result, budget=_result_budget(run, result))
         finally:
             self.calls_in_flight -= 1
+
+    async def _list_resource_templates(
+        self, ctx: Any, params: Any
+    ) -> types.ListResourceTemplatesResult:
+        return types.ListResourceTemplatesResult(
+            resource_templates=[
+                types.ResourceTemplate(
+                    name="delegation-output",
+                    uri_template=(
+                        f"{OUTPUT_URI_SCHEME}://runs/{{run_id}}/delegations/{{delegation_id}}"
+                        "/output{?offset,limit}"
+                    ),
+                    description=(
+                        "The whole output of one of this run's finished delegations, from "
+                        "offset, at most the agent's result budget per read."
+                    ),
+                    mime_type="text/plain",
+                )
+            ]
+        )
+
+    async def _read_resource(
+        self, ctx: Any, params: types.ReadResourceRequestParams
+    ) -> types.ReadResourceResult:
+        """A page of a delegation's output. A URI of another run, an unknown delegation or a
+        bad offset is a JSON-RPC invalid-params error whose `data.code` is the engine's code."""
+        slot = self._slot_of(ctx)
+        if slot is None:
+            raise MCPError(
+                INVALID_PARAMS,
+                "This request reached the MCP endpoint without a run.",
+                {"code": ErrorCode.CONFIGURATION_ERROR},
+            )
+        try:
+            page = _read_output(slot.run, read_output_uri(str(params.uri), slot.run.run_id))
+        except DelegationError as error:
+            data: dict[str, Any] = {"code": error.code}
+            if error.metadata:
+                data["field"] = error.metadata.get("field")
+            raise MCPError(INVALID_PARAMS, error.message, data) from None
+        meta = {"offset": page.offset, "next_offset": page.next_offset, "total_chars": page.total}
+        return types.ReadResourceResult(
+            contents=[
+                types.TextResourceContents(
+                    uri=str(params.uri), mime_type="text/plain", text=page.text, _meta=meta
+                )
+            ]
+        )
 
     async def _ask(
         self, ctx: Any, run: Run, requester: Requester, arguments: Any
@@ -691,6 +768,37 @@ class DelegationEndpoint:
             log.debug("progress for %s stopped: the client is gone (%r)", delegation_id, exc)
         finally:
             subscription.close()
+
+
+def _result_budget(run: Run, result: DelegationResult) -> int:
+    """The result budget of the agent `result` came from (the default for one not registered)."""
+    try:
+        return run.registry.lookup(result.agent).policy.max_result_chars
+    except (RegistryError, DelegationError, KeyError):
+        return DEFAULT_MAX_RESULT_CHARS
+
+
+def _read_output(run: Run, read: OutputRead) -> OutputPage:
+    """A page of one of `run`'s finished delegations' output, at most its agent's budget.
+    Raises `DelegationError`: `delegation_not_found` for an id that is not one of the run's
+    (another run's ids included: nothing says whether they exist), `invalid_input` for a
+    delegation still running or an offset past the end."""
+    result = run.result(read.delegation_id)
+    if result is None:
+        raise DelegationError(
+            code=ErrorCode.DELEGATION_NOT_FOUND,
+            message=f"No delegation {read.delegation_id[:64]!r} in this run.",
+            metadata={"field": "delegation_id"},
+        )
+    if result.status == Status.RUNNING:
+        raise DelegationError(
+            code=ErrorCode.INVALID_INPUT,
+            message="The delegation is still running: its output is readable once it ends.",
+            metadata={"field": "delegation_id"},
+        )
+    budget = _result_budget(run, result)
+    limit = budget if read.limit is None else min(read.limit, budget)
+    return output_page(delegation_output(result), read.offset, limit)
 
 
 class _ProgressSummary:

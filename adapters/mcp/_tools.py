@@ -10,6 +10,14 @@ arguments and `_meta`) into a `DelegationRequest` or a typed refusal, and the re
 `structuredContent` plus a short text rendering, `isError` for anything but a completed
 delegation.
 
+Results are lean (`engine.parent_view`): the output is said once and the text and the
+`structuredContent` each stay within the agent's `DelegationPolicy.max_result_chars`
+(16,000 characters by default, well under the ~25k-token cap Claude Code puts on one MCP tool
+result). What does not fit is named, never dropped: the result says the offset to read from and
+the two ways to read it, the `read_delegation_output` tool (listed with the delegation tools) and
+the resource `subagent://runs/<run id>/delegations/<delegation id>/output` (`?offset=N&limit=M`).
+Both serve only the run's own finished delegations, at most the budget per read.
+
 `ask_requester` is the one tool that is not a delegation: a run whose host can reach whoever sent
 it its task (`subagent-engine a2a-serve`: the A2A client) offers it, so the parent model can ask
 that sender a question and get its answer as the tool's result (`ask_requester_tool`,
@@ -31,17 +39,22 @@ import copy
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
+from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 import attrs
 import mcp_types as types
 
 from engine import (
+    DEFAULT_MAX_RESULT_CHARS,
     TOOL_INPUT_SCHEMA,
     DelegationError,
     DelegationRequest,
     DelegationResult,
     ErrorCode,
+    OutputPage,
+    OutputReference,
     Status,
+    parent_view,
     parse_tool_input,
     to_jsonable,
     tool_input_schema,
@@ -51,15 +64,24 @@ __all__ = [
     "ASK_TOOL",
     "GENERIC_TOOL",
     "MAX_QUESTION_CHARS",
+    "OUTPUT_URI_SCHEME",
+    "READ_OUTPUT_TOOL",
     "AgentSummary",
+    "OutputRead",
     "ToolCall",
     "list_tools",
+    "output_reference",
+    "output_uri",
     "parent_tool_call_id",
     "ask_requester_tool",
     "read_call",
+    "read_output_call",
+    "read_output_tool",
+    "read_output_uri",
     "read_question",
     "render_answer",
     "render_error",
+    "render_page",
     "render_result",
     "shortcut_tool_name",
 ]
@@ -77,8 +99,10 @@ _PRINTABLE_ID: Final = re.compile(r"[\x21-\x7e]{1,256}")
 #: Bounds of what one agent contributes to a tool description.
 MAX_DESCRIPTION_CHARS: Final = 300
 MAX_SKILLS_LISTED: Final = 8
-#: How much of the result's summary the text rendering repeats (all of it is in structuredContent).
-MAX_TEXT_SUMMARY_CHARS: Final = 4000
+#: The tool that reads more of a delegation's output than its result showed.
+READ_OUTPUT_TOOL: Final = "read_delegation_output"
+#: The URI scheme of delegation outputs on a run's endpoint (`output_uri`).
+OUTPUT_URI_SCHEME: Final = "subagent"
 
 
 @attrs.frozen
@@ -154,8 +178,9 @@ def list_tools(
 ) -> list[types.Tool]:
     """The tools of one run's endpoint: `delegate_to_agent` (its `agent` limited to the
     registered keys), then one `delegate_to_<key>` per registered agent named in `shortcuts`,
-    then `ask_requester` if `ask`. Without agents there is nothing to delegate to, so no
-    delegation tool is listed (a model offered one would call it only to be refused).
+    then `read_delegation_output` (more of a result that did not fit), then `ask_requester`
+    if `ask`. Without agents there is nothing to delegate to, so no delegation tool is listed
+    (a model offered one would call it only to be refused).
 
     `readOnlyHint` (the MCP tool annotation parents read to decide whether two calls of one
     turn may run at the same time) is true for `delegate_to_agent` only when every agent it
@@ -192,6 +217,7 @@ def list_tools(
                 ),
             )
         )
+    tools.append(read_output_tool())
     if ask:
         tools.append(ask_requester_tool())
     return tools
@@ -309,36 +335,152 @@ def read_call(
 # -- results ------------------------------------------------------------------------------
 
 
-def _result_text(result: DelegationResult) -> str:
-    head = f"Delegation {result.delegation_id} to {result.agent!r} ({result.remote_protocol})"
-    head += f": {result.status}."
-    lines = [head]
-    if result.remote_task_id:
-        lines.append(f"Remote task: {result.remote_task_id}.")
-    if result.error is not None:
-        error = result.error
-        retry = " It may be retried." if error.retryable else ""
-        lines.append(f"Error {error.code}: {_clip(error.message, 600)}{retry}")
-        if result.remote_cancel and result.remote_cancel != "not_needed":
-            lines.append(f"Remote cancel: {result.remote_cancel}.")
-    if result.summary:
-        lines.append(f"Summary: {_clip(result.summary, MAX_TEXT_SUMMARY_CHARS)}")
-    for artifact in result.artifacts:
-        label = artifact.name or artifact.id or "artifact"
-        where = f" at {artifact.uri}" if artifact.uri else ""
-        kind = f" ({artifact.mime_type})" if artifact.mime_type else ""
-        lines.append(f"Artifact: {label}{kind}{where}")
-    return "\n".join(lines)
+def output_uri(run_id: str, delegation_id: str) -> str:
+    """The resource URI of a delegation's whole output on its run's endpoint."""
+    run, delegation = quote(run_id, safe=""), quote(delegation_id, safe="")
+    return f"{OUTPUT_URI_SCHEME}://runs/{run}/delegations/{delegation}/output"
 
 
-def render_result(result: DelegationResult) -> types.CallToolResult:
-    """The tool result for a delegation's end: structured result plus a concise rendering.
-    Anything but `completed` is an error result (`isError`) that still carries the ids."""
-    structured = to_jsonable(result)
+def output_reference(result: DelegationResult) -> OutputReference:
+    """Where the parent model reads the rest of `result`'s output: its resource and tool."""
+    return OutputReference(
+        uri=output_uri(result.run_id or "", result.delegation_id), tool=READ_OUTPUT_TOOL
+    )
+
+
+def render_result(
+    result: DelegationResult, *, budget: int = DEFAULT_MAX_RESULT_CHARS
+) -> types.CallToolResult:
+    """The tool result for a delegation's end: the lean view (`engine.parent_view`): the
+    output said once, text and `structuredContent` each within `budget` characters, and what
+    did not fit named by reference (`read_delegation_output`, the output resource). Anything
+    but `completed` is an error result (`isError`) that still carries the ids."""
+    view = parent_view(result, budget=budget, reference=output_reference(result))
     return types.CallToolResult(
-        content=[types.TextContent(text=_result_text(result))],
-        structured_content=structured,
+        content=[types.TextContent(text=view.text)],
+        structured_content=view.structured,
         is_error=result.status != Status.COMPLETED,
+    )
+
+
+def read_output_tool() -> types.Tool:
+    """The `read_delegation_output` tool: a page of a finished delegation's whole output."""
+    return types.Tool(
+        name=READ_OUTPUT_TOOL,
+        description=(
+            "Read more of a finished delegation's output when its result says it was truncated: "
+            "pass the delegation_id and the offset the result names; the answer is that part "
+            "of the output, and says the next offset if more remains. Only this run's "
+            "delegations can be read."
+        ),
+        input_schema={
+            "type": "object",
+            "properties": {
+                "delegation_id": {"type": "string", "minLength": 1, "maxLength": 256},
+                "offset": {"type": "integer", "minimum": 0, "default": 0},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "description": "At most this many characters (the host bounds it too).",
+                },
+            },
+            "required": ["delegation_id"],
+            "additionalProperties": False,
+        },
+        annotations=types.ToolAnnotations(
+            title="Read a delegation's output", read_only_hint=True, open_world_hint=False
+        ),
+    )
+
+
+@attrs.frozen
+class OutputRead:
+    """One request for a page of a delegation's output (from the tool or the resource)."""
+
+    delegation_id: str
+    offset: int = 0
+    limit: int | None = None
+
+
+def _non_negative_int(value: Any, field: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise _invalid(f"{field} must be an integer of at least {minimum}.", field)
+    return value
+
+
+def read_output_call(arguments: Mapping[str, Any] | None) -> OutputRead:
+    """The arguments of one `read_delegation_output` call. Raises `DelegationError`
+    (`invalid_input`, with `metadata.field`) for anything the tool's schema refuses."""
+    if not isinstance(arguments, Mapping):
+        raise _invalid("The tool arguments must be a JSON object.")
+    unknown = sorted(
+        str(k)[:40] for k in arguments if k not in ("delegation_id", "offset", "limit")
+    )
+    if unknown:
+        raise _invalid(f"{READ_OUTPUT_TOOL} does not take {unknown[0]!r}.", unknown[0])
+    delegation_id = arguments.get("delegation_id")
+    if not isinstance(delegation_id, str) or not _PRINTABLE_ID.fullmatch(delegation_id):
+        raise _invalid("delegation_id must be the id a delegation result named.", "delegation_id")
+    offset = _non_negative_int(arguments.get("offset", 0), "offset", 0)
+    limit = arguments.get("limit")
+    return OutputRead(
+        delegation_id=delegation_id,
+        offset=offset,
+        limit=None if limit is None else _non_negative_int(limit, "limit", 1),
+    )
+
+
+def read_output_uri(uri: str, run_id: str) -> OutputRead:
+    """The request a resource URI makes (`output_uri`, optionally `?offset=N&limit=M`).
+    Raises `DelegationError`: `delegation_not_found` for a URI of another run or no output
+    URI at all, `invalid_input` for a bad offset or limit."""
+    parsed = urlsplit(uri)
+    parts = parsed.path.split("/")
+    if (
+        parsed.scheme != OUTPUT_URI_SCHEME
+        or parsed.netloc != "runs"
+        or len(parts) != 5
+        or parts[0] != ""
+        or parts[2] != "delegations"
+        or parts[4] != "output"
+        or unquote(parts[1]) != run_id
+    ):
+        raise DelegationError(
+            code=ErrorCode.DELEGATION_NOT_FOUND,
+            message="This endpoint serves only its own run's delegation outputs "
+            f"({output_uri(run_id, '<delegation id>')}).",
+        )
+    query: dict[str, Any] = {}
+    for key, values in parse_qs(parsed.query, keep_blank_values=True).items():
+        if key not in ("offset", "limit") or len(values) != 1 or not values[0].isdigit():
+            raise _invalid(
+                f"The output URI takes offset and limit as integers ({key[:40]!r}).", key[:40]
+            )
+        query[key] = int(values[0])
+    return read_output_call({"delegation_id": unquote(parts[3]), **query})
+
+
+def render_page(delegation_id: str, page: OutputPage) -> types.CallToolResult:
+    """The tool result of `read_delegation_output`: the page's text exactly as its first
+    content block, then (when more remains) a second block naming the next offset."""
+    content: list[types.ContentBlock] = [types.TextContent(text=page.text)]
+    if page.next_offset is not None:
+        content.append(
+            types.TextContent(
+                text=f"[{page.total - page.next_offset} more characters: call "
+                f"{READ_OUTPUT_TOOL}(delegation_id={delegation_id!r}, offset={page.next_offset}).]"
+            )
+        )
+    return types.CallToolResult(
+        content=content,
+        structured_content={
+            "delegation_id": delegation_id,
+            "text": page.text,
+            "offset": page.offset,
+            "next_offset": page.next_offset,
+            "total_chars": page.total,
+        },
+        is_error=False,
     )
 
 

@@ -41,7 +41,7 @@ AGENTS = [
 
 def test_generic_tool_lists_agents_and_limits_the_agent_key() -> None:
     tools = list_tools(AGENTS)
-    assert [t.name for t in tools] == ["delegate_to_agent"]
+    assert [t.name for t in tools] == ["delegate_to_agent", "read_delegation_output"]
     description = tools[0].description or ""
     assert "- research (Research): Finds sources. Skills: search, cite." in description
     assert "- review\n" in description + "\n"
@@ -87,7 +87,11 @@ def test_the_generic_tool_is_read_only_when_every_agent_is(
 
 def test_shortcuts_only_for_registered_agents_and_without_agent_field() -> None:
     tools = list_tools(AGENTS, shortcuts={"review", "unknown"})
-    assert [t.name for t in tools] == ["delegate_to_agent", "delegate_to_review"]
+    assert [t.name for t in tools] == [
+        "delegate_to_agent",
+        "delegate_to_review",
+        "read_delegation_output",
+    ]
     schema = tools[1].input_schema
     assert "agent" not in schema["properties"]
     assert schema["required"] == ["objective"]
@@ -179,9 +183,13 @@ def test_completed_result_renders_structured_and_concise() -> None:
     assert text.splitlines() == [
         "Delegation del-1 to 'research' (a2a): completed.",
         "Remote task: task-1.",
-        "Summary: It works.",
-        "Artifact: notes.md (text/markdown) at host://d/notes.md",
+        "",
+        "It works.",
+        "",
+        "Artifacts:",
+        "- notes.md (text/markdown) at host://d/notes.md",
     ]
+    assert rendered.structured_content["output"]["text"] in text
 
 
 def test_failed_result_is_an_error_with_code_and_cancel_outcome() -> None:
@@ -198,10 +206,13 @@ def test_failed_result_is_an_error_with_code_and_cancel_outcome() -> None:
     assert "Remote cancel: pending." in text
 
 
-def test_long_summary_is_clipped_in_text_but_whole_in_structured_content() -> None:
-    rendered = render_result(_result(summary="word " * 2000))
-    assert len(rendered.content[0].text) < 4300  # type: ignore[union-attr]
-    assert rendered.structured_content["summary"] == "word " * 2000
+def test_long_output_is_cut_at_the_budget_and_named_by_reference() -> None:
+    rendered = render_result(_result(summary="word " * 2000, run_id="run-1"), budget=4000)
+    text = rendered.content[0].text  # type: ignore[union-attr]
+    output = rendered.structured_content["output"]
+    assert len(text) <= 4000 and output["truncated"] and output["total_chars"] == 9999
+    assert f"read_delegation_output(delegation_id='del-1', offset={output['next_offset']})" in text
+    assert "subagent://runs/run-1/delegations/del-1/output" in text
 
 
 def test_refusal_renders_as_structured_error() -> None:
