@@ -245,7 +245,10 @@ def _demo(args: argparse.Namespace) -> int:
         if given:
             flags = ", ".join("--" + key.replace("_", "-") for key in given)
             print(
-                f"subagent-engine demo: --print runs in the terminal: no {flags}", file=sys.stderr
+                f"subagent-engine demo: --print runs in the terminal: no {flags} (to run a "
+                "parent and remote agents in the terminal: subagent-engine run --parent KIND "
+                "--config host.toml PROMPT)",
+                file=sys.stderr,
             )
             return 2
         return run_demo(as_json=args.json, fast=args.fast)

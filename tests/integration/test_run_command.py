@@ -182,7 +182,6 @@ def test_a_terminal_gets_the_tree_redrawn_in_place() -> None:
     assert "└─ review" in out and "Here is what the specialists found" in out
 
 
-@pytest.mark.slow
 def test_claude_code_drives_a_run_and_the_tree_shows_its_delegation(
     cli_bin: Path, model: ScriptedModel, tmp_path: Path
 ) -> None:
