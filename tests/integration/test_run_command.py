@@ -149,7 +149,7 @@ def _idle(read: object) -> dict[str, int]:
 def test_a_terminal_gets_the_tree_redrawn_in_place() -> None:
     """Through a pty: stdout is a TTY, so frames replace each other (cursor up, erase)."""
     leader, follower = pty.openpty()
-    env = {**os.environ, "COLUMNS": "100", "LINES": "40"}
+    env = {**os.environ, "COLUMNS": "100", "LINES": "40", "TERM": "xterm-256color"}
     env.pop("NO_COLOR", None)
     proc = subprocess.Popen(
         [*RUN, "How do nurseries cancel?"], cwd=REPO_ROOT, stdout=follower, env=env

@@ -99,7 +99,7 @@ def test_statuses_and_elapsed_time_follow_the_delegation() -> None:
     assert research.status == STREAMING
     tree.apply(sub(Kind.FINISHED, "d-research", status="completed", text="Found it."), 40.0)
     assert (research.status, research.last_line, research.ended_at) == (DONE, "Found it.", 40.0)
-    # The elapsed time stops when the node ends: from its start (step 12 of the feed) to 40.
+    # The elapsed time stops when the node ends: from its start to 40.
     assert f"{40.0 - research.started_at:.1f}s" in tree.frame(now=99.0, width=200)[2]
     tree.apply(sub(Kind.TEXT_DELTA, "d-research", message_id="r", delta="late"), 41.0)
     assert research.status == DONE  # nothing moves an ended node
