@@ -439,7 +439,7 @@ async def test_a_cli_parent_streams_the_other_cli_served_over_a2a_under_its_call
     conversation = after.get("messages") or after.get("input") or []
     [result_text] = delegate_results(conversation)
     document = result_document(result_text)
-    assert document["status"] == "completed" and document["summary"] == summary, document
+    assert document["status"] == "completed" and summary in document["output"]["text"], document
     assert document["parent_tool_call_id"] == call["toolCallId"]
     assert json.dumps(after).count(STREAMED_ONLY) == result_text.count(STREAMED_ONLY)
     without_messages = {k: v for k, v in document.items() if k != "messages"}

@@ -70,7 +70,7 @@ async def test_tools_list_names_the_registered_agents_with_descriptions_and_skil
         mcp_session(run.endpoint) as session,
     ):
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
-    assert set(tools) == {"delegate_to_agent", "delegate_to_review"}
+    assert set(tools) == {"delegate_to_agent", "delegate_to_review", "read_delegation_output"}
     generic = tools["delegate_to_agent"]
     assert generic.description is not None
     assert "- research: Finds sources. Skills: search, cite." in generic.description
@@ -146,9 +146,11 @@ async def test_call_returns_the_structured_result_with_strong_correlation() -> N
         assert not result.is_error
         structured = result.structured_content
         assert structured["status"] == Status.COMPLETED
-        assert structured["summary"] == f"summary of {OBJECTIVE}"
+        assert (
+            structured["output"]["text"]
+            == f"Summary: summary of {OBJECTIVE}\n\nlooked at {OBJECTIVE}"
+        )
         assert structured["parent_tool_call_id"] == "toolu_01"
-        assert structured["messages"] == [{"role": "assistant", "text": f"looked at {OBJECTIVE}"}]
         text = result.content[0].text  # type: ignore[union-attr]
         assert "completed" in text and structured["delegation_id"] in text
         mine = [e for e in journaled if e.delegation_id == structured["delegation_id"]]
@@ -410,8 +412,7 @@ async def test_two_concurrent_calls_in_one_run_stay_apart() -> None:
     assert results["one"]["delegation_id"] != results["two"]["delegation_id"]
     for name in ("one", "two"):
         assert results[name]["parent_tool_call_id"] == f"call_{name}"
-        assert results[name]["summary"] == name
-        assert results[name]["messages"] == [{"role": "assistant", "text": f"answer to {name}"}]
+        assert results[name]["output"]["text"] == f"answer to {name}"  # the summary is in it
 
 
 async def test_medium_correlation_pairs_calls_with_parent_tool_calls_in_order() -> None:

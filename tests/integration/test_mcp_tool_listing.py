@@ -51,7 +51,13 @@ async def test_without_agents_a_requester_still_gets_ask_requester() -> None:
 async def test_read_only_hints_follow_the_agents(review_read_only: bool, generic: bool) -> None:
     agents = [_agent("research", read_only=True), _agent("review", read_only=review_read_only)]
     tools = await _tools(agents, shortcuts={"research", "review"})
-    assert list(tools) == ["delegate_to_agent", "delegate_to_research", "delegate_to_review"]
+    assert list(tools) == [
+        "delegate_to_agent",
+        "delegate_to_research",
+        "delegate_to_review",
+        "read_delegation_output",
+    ]
     assert tools["delegate_to_agent"].annotations.read_only_hint is generic
+    assert tools["read_delegation_output"].annotations.read_only_hint is True
     assert tools["delegate_to_research"].annotations.read_only_hint is True
     assert tools["delegate_to_review"].annotations.read_only_hint is review_read_only
