@@ -14,9 +14,10 @@ scripted research script). One browser and one context serve the module; each sc
 module-scoped fixture that plays once, in tabs of its own (a fresh tab: fresh sessionStorage; the
 three visibility-mode runs play side by side), and returns what the page showed, read through the
 DOM by `page_probe.js`; the tests assert on that. Every wait is Playwright's, with a timeout: a page
-that never gets there fails the test. Canned streams (`synthetic.sse`) are served by the browser's
-router. Chromium is installed with apt-get when missing (as `./dev test` does); the tests skip only
-where it is missing and cannot be installed (not root, or no apt-get).
+that never gets there fails the test. Canned streams (`synthetic.sse`; a CLI parent's status line
+and heartbeats, built below) are served by the browser's router. Chromium is installed with
+apt-get when missing (as `./dev test` does); the tests skip only where it is missing and cannot be
+installed (not root, or no apt-get).
 """
 
 from __future__ import annotations
@@ -535,6 +536,148 @@ def synthetic(watch: PageWatch, page_server: str) -> dict[str, Any]:
         return read_view(page)
 
 
+#: A CLI parent's run (the shape the server sends for Claude Code): its status line while it
+#: retries the model, then its delegation call, waiting, with Claude's 30 s heartbeats.
+RETRYING = "Retrying the model request (HTTP 529)"
+PROGRESS_CALL = "toolu_progress"
+STATUS_AND_PROGRESS: list[tuple[int | None, dict[str, Any]]] = [
+    (1, {"type": "RUN_STARTED", "threadId": "t", "runId": "cli-progress"}),
+    (
+        2,
+        {
+            "type": "CUSTOM",
+            "name": "parent.status",
+            "value": {"text": RETRYING, "source": "claude", "attempt": 1, "max_retries": 2},
+        },
+    ),
+    (None, {"type": "TEXT_MESSAGE_START", "messageId": "m1", "role": "assistant"}),
+    (None, {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m1", "delta": "Delegating."}),
+    (3, {"type": "TEXT_MESSAGE_END", "messageId": "m1"}),
+    (
+        None,
+        {
+            "type": "TOOL_CALL_START",
+            "toolCallId": PROGRESS_CALL,
+            "toolCallName": "mcp__subagents__delegate_to_agent",
+            "parentMessageId": "m1",
+        },
+    ),
+    (
+        None,
+        {
+            "type": "TOOL_CALL_ARGS",
+            "toolCallId": PROGRESS_CALL,
+            "delta": '{"agent":"research","objective":"Take a while."}',
+        },
+    ),
+    (4, {"type": "TOOL_CALL_END", "toolCallId": PROGRESS_CALL}),
+    (
+        5,
+        {
+            "type": "CUSTOM",
+            "name": "tool_call.progress",
+            "value": {
+                "tool_call_id": PROGRESS_CALL,
+                "tool_name": "mcp__subagents__delegate_to_agent",
+                "elapsed_seconds": 30,
+                "heartbeat": True,
+            },
+        },
+    ),
+    (
+        6,
+        {
+            "type": "CUSTOM",
+            "name": "tool_call.progress",
+            "value": {"tool_call_id": PROGRESS_CALL, "elapsed_seconds": 60, "heartbeat": True},
+        },
+    ),
+    (
+        7,
+        {
+            "type": "CUSTOM",
+            "name": "tool_call.progress",  # a call the page never saw
+            "value": {"tool_call_id": "toolu_unknown", "elapsed_seconds": 90},
+        },
+    ),
+]
+STATUS_AND_PROGRESS_END: list[tuple[int | None, dict[str, Any]]] = [
+    (
+        8,
+        {
+            "type": "TOOL_CALL_RESULT",
+            "messageId": "r1",
+            "toolCallId": PROGRESS_CALL,
+            "content": '{"status":"completed","summary":"The slow answer."}',
+        },
+    ),
+    (
+        9,
+        {
+            "type": "CUSTOM",
+            "name": "tool_call.progress",  # late: the call has its result
+            "value": {"tool_call_id": PROGRESS_CALL, "elapsed_seconds": 90, "heartbeat": True},
+        },
+    ),
+    (None, {"type": "TEXT_MESSAGE_START", "messageId": "m2", "role": "assistant"}),
+    (None, {"type": "TEXT_MESSAGE_CONTENT", "messageId": "m2", "delta": "Done."}),
+    (10, {"type": "TEXT_MESSAGE_END", "messageId": "m2"}),
+    (11, {"type": "RUN_FINISHED", "threadId": "t", "runId": "cli-progress"}),
+]
+#: The pill on a parent's tool call row, and the notes among the parent's messages.
+CALL_PILL = """(id) => {
+    const pill = document.querySelector(`.tool-call[data-tool-call-id="${id}"] .tool-head .pill`);
+    return pill ? {text: pill.textContent, state: pill.dataset.state} : null;
+}"""
+PARENT_NOTES = (
+    "() => [...document.querySelectorAll('#transcript > .note')].map((n) => n.textContent)"
+)
+APPLIED = "(cursor) => window.subagentPage.state().streamCursor >= cursor"
+
+
+@pytest.fixture(scope="module")
+def status_and_progress(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """A CLI parent's status line and its call's heartbeats, served by the browser's router in
+    two responses: the first ends while the call waits (EventSource comes back by itself after
+    the `retry:` delay); the second, the call's result and the run's end, is held until the
+    page has been read mid-call."""
+    requests: list[Route] = []  # the first is answered at once, the reconnect when told
+
+    def serve(route: Route) -> None:
+        requests.append(route)
+        if len(requests) == 1:
+            body = sse(STATUS_AND_PROGRESS, retry_ms=100)
+            route.fulfill(status=200, content_type="text/event-stream", body=body)
+
+    with watch.page("status-and-progress") as page:
+        page.route("**/runs/cli-progress/events**", serve)
+        page.goto(handover(page_server, "cli-progress", "t"))
+        page.wait_for_function(APPLIED, arg=STATUS_AND_PROGRESS[-1][0])  # all of it drawn
+        during = {
+            "pill": page.evaluate(CALL_PILL, PROGRESS_CALL),
+            "notes": page.evaluate(PARENT_NOTES),
+        }
+        page.screenshot(
+            path=watch.screenshots / "page-status-and-progress-waiting.png", full_page=True
+        )
+        while len(requests) < 2:  # EventSource's reconnect, after the 100 ms retry delay
+            page.wait_for_timeout(50)
+        requests[1].fulfill(
+            status=200,
+            content_type="text/event-stream",
+            body=sse(STATUS_AND_PROGRESS_END),
+        )
+        wait_for_end(page)
+        after = {
+            "pill": page.evaluate(CALL_PILL, PROGRESS_CALL),
+            "notes": page.evaluate(PARENT_NOTES),
+        }
+        errors = [
+            text for scenario, text in watch.console_errors if scenario == "status-and-progress"
+        ]
+        return {"during": during, "after": after, "errors": errors, **read_view(page)}
+
+
 @pytest.fixture(scope="module")
 def retry(watch: PageWatch, page_server: str) -> dict[str, Any]:
     """synthetic.sse with SSE `retry:` fields, served in two responses by the browser's router: the
@@ -823,6 +966,7 @@ def test_the_page_stays_on_its_server_and_logs_no_errors(
     hidden: dict[str, Any],
     synthetic: dict[str, Any],
     retry: dict[str, Any],
+    status_and_progress: dict[str, Any],
     gap: dict[str, Any],
     reload: dict[str, Any],
     ask: dict[str, Any],
@@ -1085,6 +1229,34 @@ def test_nested_failed_and_suspended_subagents_and_unknown_events(
     texts = [m["text"] for m in view["parentMessages"]]
     assert texts == ["Planning.", "Plan ready."]
     assert view["page"]["unknown"] == 2  # FUTURE_EVENT_TYPE and app.private: skipped, no harm
+
+
+# --- a CLI parent: its status line and its waiting call's heartbeat -----------------------------
+
+
+def test_a_parent_s_status_line_is_a_note_among_its_messages(
+    status_and_progress: dict[str, Any],
+) -> None:
+    view = status_and_progress  # a canned stream: a CLI retrying its model, then delegating
+    assert view["during"]["notes"] == [f"\u23f3 {RETRYING}"]
+    assert view["after"]["notes"] == [f"\u23f3 {RETRYING}"]  # drawn once, kept
+    assert view["status"] == "finished", view["statusText"]
+    assert view["page"]["unknown"] == 0  # parent.status and tool_call.progress are known
+    assert view["errors"] == []
+
+
+def test_a_waiting_call_s_heartbeat_shows_how_long_it_has_run_on_its_row(
+    status_and_progress: dict[str, Any],
+) -> None:
+    view = status_and_progress
+    # The latest heartbeat wins; one for a call the page never saw changes nothing.
+    assert view["during"]["pill"] == {"text": "running for 60 s", "state": "waiting-result"}
+    # Once the result is there, a late heartbeat does not bring "running" back.
+    assert view["after"]["pill"]["state"] != "waiting-result"
+    assert "running for" not in view["after"]["pill"]["text"]
+    [call] = [c for c in view["toolCalls"] if c["id"] == PROGRESS_CALL]
+    assert call["topLevel"] and "The slow answer." in call["result"]
+    assert [m["text"] for m in view["parentMessages"]] == ["Delegating.", "Done."]
 
 
 def test_nested_subagents_in_the_custom_shape_two_levels_deep(synthetic: dict[str, Any]) -> None:
