@@ -103,42 +103,50 @@ def _handler(scenario: RawScenario) -> Callable[[trio.SocketStream], Any]:
     async def handle(stream: trio.SocketStream) -> None:
         async with stream:
             try:
-                method, path, headers, body = await read_request(stream)
-            except (EOFError, ValueError, trio.BrokenResourceError):
+                await answer(stream)
+            except trio.BrokenResourceError:
+                # The client hung up mid-answer (as one refusing an oversized body does): its
+                # choice, not a failure of this server.
                 return
-            scenario.headers.append(headers)
-            if method == "GET" and path.endswith("agent-card.json"):
-                await respond_json(stream, scenario.card())
-                return
-            request = json.loads(body or b"{}")
-            scenario.requests.append(request)
-            rpc_id = request.get("id")
-            name = request.get("method")
-            if name == "SendStreamingMessage" and scenario.refuse_streaming:
-                error = {"code": -32004, "message": "Streaming is not supported"}
-                await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
-            elif name == "SendMessage" and scenario.send_result is not None:
-                reply = {"jsonrpc": "2.0", "id": rpc_id, "result": scenario.send_result}
-                await respond_json(stream, reply)
-            elif name in ("SendStreamingMessage", "SendMessage"):
-                await _respond_sse(stream, rpc_id, scenario.stream)
-            elif name == "SubscribeToTask" and scenario.subscribe is not None:
-                await _respond_sse(stream, rpc_id, scenario.subscribe)
-            elif name == "GetTask" and scenario.get_task is not None:
-                await respond_json(
-                    stream, {"jsonrpc": "2.0", "id": rpc_id, "result": scenario.get_task}
-                )
-            elif name == "CancelTask":
-                task_id = request.get("params", {}).get("id", "")
-                result = {
-                    "id": task_id,
-                    "contextId": "ctx-raw",
-                    "status": {"state": scenario.cancel_state},
-                }
-                await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "result": result})
-            else:
-                error = {"code": -32001, "message": "Task not found"}
-                await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
+
+    async def answer(stream: trio.SocketStream) -> None:
+        try:
+            method, path, headers, body = await read_request(stream)
+        except (EOFError, ValueError, trio.BrokenResourceError):
+            return
+        scenario.headers.append(headers)
+        if method == "GET" and path.endswith("agent-card.json"):
+            await respond_json(stream, scenario.card())
+            return
+        request = json.loads(body or b"{}")
+        scenario.requests.append(request)
+        rpc_id = request.get("id")
+        name = request.get("method")
+        if name == "SendStreamingMessage" and scenario.refuse_streaming:
+            error = {"code": -32004, "message": "Streaming is not supported"}
+            await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
+        elif name == "SendMessage" and scenario.send_result is not None:
+            reply = {"jsonrpc": "2.0", "id": rpc_id, "result": scenario.send_result}
+            await respond_json(stream, reply)
+        elif name in ("SendStreamingMessage", "SendMessage"):
+            await _respond_sse(stream, rpc_id, scenario.stream)
+        elif name == "SubscribeToTask" and scenario.subscribe is not None:
+            await _respond_sse(stream, rpc_id, scenario.subscribe)
+        elif name == "GetTask" and scenario.get_task is not None:
+            await respond_json(
+                stream, {"jsonrpc": "2.0", "id": rpc_id, "result": scenario.get_task}
+            )
+        elif name == "CancelTask":
+            task_id = request.get("params", {}).get("id", "")
+            result = {
+                "id": task_id,
+                "contextId": "ctx-raw",
+                "status": {"state": scenario.cancel_state},
+            }
+            await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "result": result})
+        else:
+            error = {"code": -32001, "message": "Task not found"}
+            await respond_json(stream, {"jsonrpc": "2.0", "id": rpc_id, "error": error})
 
     return handle
 
