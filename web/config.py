@@ -31,7 +31,10 @@ a variable that is not set is an error at start, not at the first delegation.
     # for the CLIs: binary = "claude", model_endpoint = "http://127.0.0.1:8001",
     # model = "...", api_key_env = "ANTHROPIC_API_KEY", args = [...], tool_timeout = 600,
     # max_retries = 2 (model request retries), request_timeout_seconds = 120 (one model
-    # request), run_deadline_seconds = 3600 (a whole run; default: none)
+    # request), run_deadline_seconds = 3600 (a whole run; default: none),
+    # model_silence_seconds = 390 (no output, no tool call in flight; default
+    # (max_retries + 1) * request_timeout_seconds + 30; 0: never),
+    # claude-code only: auto_background_ms = 0 (when Claude may background a call; 0: never)
 
     [[agents]]
     key = "research"
@@ -324,6 +327,12 @@ class ParentEntry:
     request_timeout_seconds: float | None = None
     #: Seconds a whole run may take before its CLI is stopped (None: no deadline).
     run_deadline_seconds: float | None = None
+    #: Seconds the CLI may print nothing with no tool call in flight (None: the adapter's
+    #: default from the retry bounds; 0: no limit).
+    model_silence_seconds: float | None = None
+    #: Claude Code only: milliseconds after which it may move an MCP call to the background
+    #: (None: the adapter's default, 0, never).
+    auto_background_ms: int | None = None
 
     def cli_parent(self) -> tuple[Any, Callable[[], Any]]:
         """For a CLI kind: (its `ClaudeCodeConfig` / `CodexConfig`, a factory of its parent
@@ -345,6 +354,10 @@ class ParentEntry:
         if self.request_timeout_seconds is not None:
             options["request_timeout"] = self.request_timeout_seconds
         options["run_deadline"] = self.run_deadline_seconds
+        if self.model_silence_seconds is not None:
+            options["model_silence"] = self.model_silence_seconds
+        if self.auto_background_ms is not None:
+            options["auto_background_ms"] = self.auto_background_ms
         config = config_class(**options)
         parent_class: Any = ClaudeCodeParent if self.kind == CLAUDE_CODE else CodexParent
         return config, lambda: parent_class(config)
@@ -756,6 +769,8 @@ class _Reader:
             "max_retries",
             "request_timeout_seconds",
             "run_deadline_seconds",
+            "model_silence_seconds",
+            "auto_background_ms",
         }
         table = self.table(value, path, known)
         timeout = self.get(table, path, "tool_timeout", (int, float), check=_positive)
@@ -765,8 +780,18 @@ class _Reader:
         deadline = self.get(
             table, path, "run_deadline_seconds", (int, float), check=_finite_positive
         )
+        silence = self.get(
+            table, path, "model_silence_seconds", (int, float), check=_finite_not_negative
+        )
+        kind = self.get(table, path, "kind", str, SCRIPTED, check=_parent_kind)
+        background = self.get(table, path, "auto_background_ms", int, check=_not_negative)
+        kind = parent_kind(kind)
+        if background is not None and kind in CLI_PARENT_KINDS and kind != CLAUDE_CODE:
+            raise self.fail(
+                (*path, "auto_background_ms"), f"applies to kind 'claude-code' only, not {kind!r}"
+            )
         return ParentEntry(
-            kind=self.get(table, path, "kind", str, SCRIPTED, check=_parent_kind),
+            kind=kind,
             model_endpoint=self.get(table, path, "model_endpoint", str, check=_http_url),
             model=self.get(table, path, "model", str, check=_nonempty),
             args=self.strings(table, path, "args"),
@@ -776,6 +801,8 @@ class _Reader:
             max_retries=self.get(table, path, "max_retries", int, check=_retry_count),
             request_timeout_seconds=None if request_timeout is None else float(request_timeout),
             run_deadline_seconds=None if deadline is None else float(deadline),
+            model_silence_seconds=None if silence is None else float(silence),
+            auto_background_ms=background,
         )
 
     def agent(self, value: Any, path: _Path) -> AgentEntry:
@@ -934,6 +961,10 @@ def _retry_count(value: int) -> str | None:
 
 def _not_negative(value: float) -> str | None:
     return None if value >= 0 else "must not be negative"
+
+
+def _finite_not_negative(value: float) -> str | None:
+    return None if 0 <= value < float("inf") else "must be a number of seconds >= 0"
 
 
 def _port(value: int) -> str | None:

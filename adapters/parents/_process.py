@@ -26,6 +26,15 @@ by its error code: `run_deadline` when the CLI was still running at `CliConfig.r
 endpoint when it ended (or ran out of the retries `CliConfig.max_retries` allows), else
 `internal_error`.
 
+Model silence. A CLI whose model endpoint accepts connections and never answers may print nothing
+and ignore its own request timeouts (Codex 0.171.0 does): without a run deadline it would never
+end. So the driver watches the CLI's stdout (`SilenceWatch`): when no line came for
+`CliConfig.silence_limit()` seconds while no tool call was in flight, the CLI can only be waiting
+on its model; it is stopped and the run fails with `model_unavailable`, saying how long the model
+was silent. Any stdout line restarts the clock (stderr does not: a CLI may log there while it
+waits); a tool call in flight pauses it: one the output started and has not given a result for,
+or a delegation of the run still running (the run's MCP endpoint serving a call the CLI made).
+
 Model endpoint trouble. Both CLIs retry a model request that fails; what they print while they
 retry becomes a `parent.status` custom event (`STATUS_EVENT`: `{"text", "source", "attempt",
 "max_retries"}`), the run's status line for its viewers. `probe_model_endpoint` is the check a
@@ -52,7 +61,7 @@ import attrs
 import httpx
 import trio
 
-from engine import ErrorCode, Kind, Redactor, Run, RunEndpoint
+from engine import ErrorCode, Kind, Redactor, Run, RunEndpoint, Status
 
 __all__ = [
     "DEFAULT_INHERITED_ENV",
@@ -67,6 +76,7 @@ __all__ = [
     "ParentOutcome",
     "ParentProcess",
     "ParentProcessError",
+    "SilenceWatch",
     "Verdict",
     "child_environment",
     "clip",
@@ -123,6 +133,11 @@ MESSAGE_TAIL_CHARS: Final = 2000
 DRAIN_TIMEOUT: Final = 5.0
 #: After stdout ended: how long the CLI may take to exit before it is stopped.
 EXIT_AFTER_EOF_TIMEOUT: Final = 10.0
+#: The default model-silence limit's margin over the CLI's own retry bounds (seconds): start-up,
+#: MCP connection, backoff between retries.
+MODEL_SILENCE_MARGIN: Final = 30.0
+#: While a tool call is in flight, how often the silence watch looks whether it still is.
+BUSY_POLL_SECONDS: Final = 5.0
 
 
 # -- what parsers produce (sans-IO value types) ---------------------------------------------
@@ -344,6 +359,9 @@ class CliConfig:
     - `request_timeout`: seconds one model request may go without an answer.
     - `run_deadline`: seconds the whole run may take (None: no deadline); past it the CLI is
       stopped and the run fails with `run_deadline`.
+    - `model_silence`: seconds the CLI may print nothing while no tool call is in flight before
+      it is stopped and the run fails with `model_unavailable` (see the module docs). None, the
+      default: `(max_retries + 1) * request_timeout + MODEL_SILENCE_MARGIN`; 0: never.
     """
 
     binary: str
@@ -365,8 +383,17 @@ class CliConfig:
     run_deadline: float | None = attrs.field(
         default=None, validator=attrs.validators.optional(_positive)
     )
+    model_silence: float | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_non_negative)
+    )
     stderr_tail_bytes: int = 8192
     max_line_bytes: int = 16 * 1024 * 1024
+
+    def silence_limit(self) -> float | None:
+        """The model-silence limit in seconds (`model_silence` or its default), None if off."""
+        if self.model_silence is None:
+            return (self.max_retries + 1) * self.request_timeout + MODEL_SILENCE_MARGIN
+        return self.model_silence or None
 
 
 def child_environment(config: CliConfig, extra: Mapping[str, str]) -> dict[str, str]:
@@ -606,6 +633,70 @@ class ParentProcess:
             self._stderr_done.set()
 
 
+# -- the model-silence watchdog -----------------------------------------------------------------
+
+
+class SilenceWatch:
+    """How long a CLI has been silent with no tool call in flight (see the module docs).
+
+    `heard(events)` for every stdout line (with the parent events the parser made of it): it
+    restarts the clock and tracks the tool calls the output started (`tool_call.start`) and has
+    not given a result for (`tool_call.result`). `busy_elsewhere()` says whether a call is in
+    flight that the output does not show (the run's running delegations). `wait_silent()`
+    returns the seconds of silence once `limit` seconds passed with no line while nothing was in
+    flight; time in flight does not count (a delegation is looked at every `BUSY_POLL_SECONDS`).
+    """
+
+    def __init__(self, limit: float, *, busy_elsewhere: Callable[[], bool] = lambda: False) -> None:
+        if not (limit > 0 and math.isfinite(limit)):
+            raise ValueError(f"the silence limit must be a finite number > 0, not {limit!r}")
+        self.limit = limit
+        self._busy_elsewhere = busy_elsewhere
+        self._open_calls: set[str] = set()
+        self._quiet_since = trio.current_time()
+        self._heard = trio.Event()
+
+    @property
+    def open_calls(self) -> frozenset[str]:
+        return frozenset(self._open_calls)
+
+    def heard(self, events: Iterable[ParentEvent] = ()) -> None:
+        self._quiet_since = trio.current_time()
+        self._heard.set()
+        for kind, fields in events:
+            call_id = fields.get("tool_call_id")
+            if not isinstance(call_id, str):
+                continue
+            if kind == Kind.PARENT_TOOL_CALL_START:
+                self._open_calls.add(call_id)
+            elif kind == Kind.PARENT_TOOL_CALL_RESULT:
+                self._open_calls.discard(call_id)
+
+    def busy(self) -> bool:
+        return bool(self._open_calls) or self._busy_elsewhere()
+
+    async def wait_silent(self) -> float:
+        while True:
+            now = trio.current_time()
+            if self._open_calls:  # until a line closes them (which restarts the clock)
+                self._heard = trio.Event()
+                await self._heard.wait()
+                continue
+            if self._busy_elsewhere():
+                self._quiet_since = now
+                await trio.sleep(min(self.limit, BUSY_POLL_SECONDS))
+                continue
+            quiet = now - self._quiet_since
+            if quiet >= self.limit:
+                return quiet
+            await trio.sleep(self.limit - quiet)
+
+
+def delegations_running(run: Run) -> Callable[[], bool]:
+    """Whether `run` has a delegation still running (a call open on its MCP endpoint)."""
+    return lambda: any(result.status == Status.RUNNING for result in run.delegations())
+
+
 # -- a CLI parent's whole life in a run ---------------------------------------------------------
 
 
@@ -649,6 +740,12 @@ async def drive_parent(
     if on_process is not None:
         on_process(process)
     parser_errors = 0
+    silence_limit = config.silence_limit()
+    silence = (
+        SilenceWatch(silence_limit, busy_elsewhere=delegations_running(run))
+        if silence_limit is not None
+        else None
+    )
 
     async def on_line(line: str) -> None:
         nonlocal parser_errors
@@ -659,23 +756,38 @@ async def drive_parent(
             parser_errors += 1
             log.exception("%s output parser failed on a line", label)
             events = [raw_event(parser.prefix, "parser_error", line, error=repr(exc))]
+        if silence is not None:
+            silence.heard(events)
         if events:
             await publish(run, events)
         if parser.fatal is not None:
             process.request_stop()
 
-    past_deadline = False
+    # Why the driver stopped the CLI, the first reason only: "deadline" or "silence".
+    stopped_for: str | None = None
+    silent_for = 0.0
+
+    def stop(reason: str) -> None:
+        nonlocal stopped_for
+        if stopped_for is None and parser.fatal is None:
+            stopped_for = reason
+            process.request_stop()
 
     async def watch_deadline(deadline: float) -> None:
-        nonlocal past_deadline
         await trio.sleep(deadline)
-        past_deadline = True
-        process.request_stop()
+        stop("deadline")
+
+    async def watch_silence(watch: SilenceWatch) -> None:
+        nonlocal silent_for
+        silent_for = await watch.wait_silent()
+        stop("silence")
 
     try:
         async with trio.open_nursery() as nursery:
             if config.run_deadline is not None:
                 nursery.start_soon(watch_deadline, config.run_deadline)
+            if silence is not None:
+                nursery.start_soon(watch_silence, silence)
             exit_code = await process.run(on_line)
             nursery.cancel_scope.cancel()
     except BaseException:
@@ -689,7 +801,13 @@ async def drive_parent(
     tail = redactor.text(process.stderr_tail()).strip()
     error = parser.fatal
     code = ErrorCode.MODEL_UNAVAILABLE if parser.model_failing else ErrorCode.INTERNAL_ERROR
-    if past_deadline:
+    if stopped_for == "silence":
+        error = (
+            f"{label} was stopped after its model was silent for {round(silent_for, 1):g} s "
+            "(no output and no tool call in flight)"
+        )
+        code = ErrorCode.MODEL_UNAVAILABLE
+    if stopped_for == "deadline":
         assert config.run_deadline is not None
         error = f"{label} was stopped at the run deadline ({config.run_deadline:g} s)"
         if parser.model_failing:

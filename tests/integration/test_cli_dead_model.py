@@ -6,7 +6,8 @@ answers, with small bounds (`max_retries`, `request_timeout`, `run_deadline`). L
 0.171 retries a refused connection forever and Claude Code 2.1.332 for ~180 s; here each run
 must end with a typed error (`model_unavailable`, or `run_deadline` for a CLI that waits in
 silence) well within its bound, the CLI stopped, and the retries the CLI reported shown as the
-run's `parent.status` events.
+run's `parent.status` events. Without a run deadline, Codex on the silent port is stopped by the
+model-silence watch (`model_unavailable`) within its default bound.
 """
 
 from __future__ import annotations
@@ -153,3 +154,17 @@ async def test_codex_against_a_silent_model_is_stopped_at_the_run_deadline(
     assert_failed(events, ErrorCode.RUN_DEADLINE)
     assert "run deadline (8 s)" in error.message
     assert 8 <= took < 20, took
+
+
+async def test_codex_against_a_silent_model_without_a_deadline_fails_on_its_silence(
+    cli_bin: Path, cli_env: None, silent_url: str
+) -> None:
+    # No run deadline: the model-silence watch (its default, from the retry bounds) ends the run.
+    agent = parent("codex", cli_bin, silent_url, max_retries=0, request_timeout=2.0)
+    limit = agent.config.silence_limit()
+    assert limit == 32.0
+    error, events, took = await fails_within(agent, limit + 30)
+    assert error.code == ErrorCode.MODEL_UNAVAILABLE, error.message
+    assert_failed(events, ErrorCode.MODEL_UNAVAILABLE)
+    assert "model was silent for" in error.message
+    assert limit <= took < limit + 15, took
