@@ -7,8 +7,11 @@ are ignored and counted; a status is emitted only when it changes; text and reas
 opened before their deltas and closed before the terminal; artifacts are counted against
 `max_artifacts` (the excess is announced with `subagent.stream.dropped`) and their bytes against
 `max_artifact_bytes` (exceeding it ends the delegation with `artifact_too_large`, keeping the
-partial result). It also builds the `DelegationResult`: the summary, the assistant messages, the
-artifact references and the remote ids.
+partial result). It also builds the `DelegationResult`: the summary (clipped to
+`max_summary_chars`, marked "…"), the artifact references, the remote ids and every assistant
+message whole. The messages are not cut: their text is already bounded as it streams (past
+`max_text_chars` the delegation ends `output_too_large` and keeps what came), so the whole output
+a parent reads by reference (`engine._parent_view`) is exactly what the remote said.
 
 Nested subagents (ones the remote itself reports: `TargetUpdate.subagent_id` and the
 `subagent.nested.*` kinds) follow the same rules one level down. Each gets an engine id
@@ -625,9 +628,7 @@ class DelegationState:
             remote_context_id=self.remote_context_id,
             summary=summary,
             artifacts=tuple(self._artifacts.values()),
-            messages=tuple(
-                ResultMessage(role=m.role, text=m.text[:limit]) for m in self._messages[-5:]
-            ),
+            messages=tuple(self._messages),
             error=error,
             remote_cancel=remote_cancel,
             card_fingerprint=self.card_fingerprint,

@@ -4,12 +4,16 @@ This module owns the parent model's view of a `DelegationResult`. A tool result 
 parent model's context window (Claude Code caps one MCP tool result near 25k tokens), so the view
 follows three rules:
 
-- Said once. The delegation's output (`delegation_output`) is its summary and its kept messages,
-  each text at most once: texts are compared with surrounding whitespace trimmed (and the
-  summary's clip mark "…" removed); a text equal to another, or contained in another, is left
-  out and the longer one stays; of two equal texts the later one stays (so a summary that repeats
-  the final message is shown as that message). A summary that stays beside messages comes first,
-  marked `Summary:`. Artifact references follow, one line each.
+- Said once. The delegation's output (`delegation_output`) is its summary and all its messages
+  (whole: the result keeps every message uncut), each text at most once: texts are compared
+  with surrounding whitespace trimmed (and the summary's clip mark "…" removed); of two equal
+  texts the later one stays (so a summary that repeats the final message is shown as that
+  message); a text contained in a longer one is left out. Containment is looked for among the
+  summary and the last `CONTAINMENT_WINDOW` (64) messages, where remotes repeat themselves (a
+  final message restating what streamed, a summary restating the final message), so the cost
+  stays linear however many messages a delegation has; equal texts are said once anywhere.
+  A summary that stays beside messages comes first, marked `Summary:`. Artifact references
+  follow, one line each.
 - Within a budget. The rendered text and the JSON of the structured view are each at most
   `budget` characters (`DelegationPolicy.max_result_chars`, 16,000 by default: ~4-5k tokens,
   and the two together stay well under the cap even if a parent reads both). The frame (ids,
@@ -42,6 +46,7 @@ from engine._results import (
 from engine._wire import to_jsonable
 
 __all__ = [
+    "CONTAINMENT_WINDOW",
     "DEFAULT_MAX_RESULT_CHARS",
     "MIN_RESULT_CHARS",
     "OutputPage",
@@ -53,6 +58,8 @@ __all__ = [
     "parent_view",
 ]
 
+#: How many of the last messages (with the summary) are compared for containment.
+CONTAINMENT_WINDOW: Final = 64
 #: How far back from the budget's edge a cut looks for a line or word boundary.
 _BOUNDARY_WINDOW: Final = 200
 #: Field clips of the frame: normal, then tight when the normal frame leaves no room.
@@ -104,15 +111,22 @@ def output_texts(result: DelegationResult) -> list[str]:
         candidates.append((_norm(result.summary), result.summary.strip(), True))
     for message in result.messages:
         candidates.append((_norm(message.text), _message_text(message), False))
+    last_of = {norm: i for i, (norm, _, _) in enumerate(candidates)}
+    window_start = len(candidates) - CONTAINMENT_WINDOW
+    # Distinct texts of the summary and the window: one of them inside another is left out.
+    compared = list(
+        dict.fromkeys(
+            norm
+            for i, (norm, _, is_summary) in enumerate(candidates)
+            if norm and (is_summary or i >= window_start)
+        )
+    )
+    contained = {
+        norm for norm in compared if any(norm in other and norm != other for other in compared)
+    }
     kept: list[tuple[str, bool]] = []
     for i, (norm, shown, is_summary) in enumerate(candidates):
-        if not norm:
-            continue
-        covered = any(
-            j != i and norm in other and (len(other) > len(norm) or j > i)
-            for j, (other, _, _) in enumerate(candidates)
-        )
-        if not covered:
+        if norm and last_of[norm] == i and norm not in contained:
             kept.append((shown, is_summary))
     if len(kept) > 1:
         return [f"Summary: {text}" if is_summary else text for text, is_summary in kept]

@@ -47,6 +47,10 @@ T = TypeVar("T")
 
 #: Documents larger than this are refused before parsing.
 MAX_DOCUMENT_BYTES: Final = 4 * 1024 * 1024
+#: A result document's bound: a result keeps its delegation's whole text output (up to
+#: `DelegationPolicy.max_text_chars`, 4,000,000 characters by default), and JSON may spell one
+#: character in up to 6 (`\u0000`), so a store must read back what it wrote up to this size.
+MAX_RESULT_DOCUMENT_CHARS: Final = 64 * 1024 * 1024
 
 #: A surrogate in a document: escaped, or as the character (bytes: its UTF-8 form, which
 #: `json.loads` decodes with `surrogatepass`). Only documents with one are walked to repair it.
@@ -224,9 +228,9 @@ def _spells_a_surrogate(text: str | bytes) -> bool:
     return _SURROGATE_IN_BYTES.search(text) is not None
 
 
-def _parse(text: str | bytes) -> Any:
-    if len(text) > MAX_DOCUMENT_BYTES:
-        raise WireError(f"document larger than {MAX_DOCUMENT_BYTES} bytes")
+def _parse(text: str | bytes, limit: int = MAX_DOCUMENT_BYTES) -> Any:
+    if len(text) > limit:
+        raise WireError(f"document larger than {limit} bytes")
     try:
         value = _loads(text)
         if _spells_a_surrogate(text):
@@ -423,4 +427,5 @@ def result_from_jsonable(value: Any) -> DelegationResult:
 
 
 def result_from_json(text: str | bytes) -> DelegationResult:
-    return result_from_jsonable(_parse(text))
+    """A result written by `to_json` (up to `MAX_RESULT_DOCUMENT_CHARS`)."""
+    return result_from_jsonable(_parse(text, MAX_RESULT_DOCUMENT_CHARS))

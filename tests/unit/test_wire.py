@@ -153,4 +153,7 @@ def test_lone_surrogates_are_read_as_replacement_characters(document: str | byte
 
 def test_oversized_documents_are_refused_before_parsing() -> None:
     with pytest.raises(WireError, match="larger than"):
-        result_from_json("x" * (4 * 1024 * 1024 + 1))
+        event_from_json("x" * (4 * 1024 * 1024 + 1))
+    # A result keeps its delegation's whole text output: its own, larger bound.
+    with pytest.raises(WireError, match="larger than"):
+        result_from_json("x" * (64 * 1024 * 1024 + 1))

@@ -48,6 +48,10 @@ Directives are lines of the user prompt (the first user message text that is not
 - ``PARALLEL: yes`` the first tool-call reply carries every ``DELEGATE`` call at once (several
   ``tool_use`` blocks / ``function_call`` items in one reply), as a model asking for parallel
   calls does; the final text follows their results.
+- ``READ_REST: yes`` (Anthropic) once every delegation has its result, when the last one names
+  more output to read (``output.next_offset`` of the JSON, or ``offset=N`` in the text) and the
+  request offers a tool whose name contains ``read_delegation_output``: one call of it with
+  ``{"delegation_id": ..., "offset": N}``, then the final text.
 - ``MODEL_ERROR: <http status>`` every model request fails with that status and an error body
   in the API's own shape (use a 4xx: the CLIs retry 5xx for a long while).
 
@@ -86,11 +90,12 @@ log = logging.getLogger("scripted_model")
 
 DELEGATE_TOOL = "delegate_to_agent"
 ASK_TOOL = "ask_requester"
+READ_TOOL = "read_delegation_output"
 DEFAULT_AGENT = "research"
 PLAIN_REPLY = "Scripted reply."
 _CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "cookie", "proxy-authorization"})
 _DIRECTIVE = re.compile(
-    r"^[ \t]*(DELEGATE|THINK|SAY|FINAL|ASK|PARALLEL|MODEL_ERROR):[ \t]*(.*)$", re.M
+    r"^[ \t]*(DELEGATE|THINK|SAY|FINAL|ASK|PARALLEL|READ_REST|MODEL_ERROR):[ \t]*(.*)$", re.M
 )
 
 
@@ -108,6 +113,7 @@ class Script:
     final: str | None = None
     ask: str | None = None
     parallel: bool = False
+    read_rest: bool = False
     model_error: int | None = None
 
     @property
@@ -137,6 +143,8 @@ def read_script(prompt: str) -> Script:
             script.ask = value
         elif name == "PARALLEL":
             script.parallel = value.lower() in ("yes", "true", "1")
+        elif name == "READ_REST":
+            script.read_rest = value.lower() in ("yes", "true", "1")
         elif name == "MODEL_ERROR":
             script.model_error = int(value)
     script.prompt = _DIRECTIVE.sub("", prompt).strip()
@@ -188,6 +196,22 @@ def quote_answer(text: str) -> str:
         return str(document["answer"])
     _, marker, output = text.partition("Output:\n")  # Codex's prefix
     return (output if marker else text).strip()
+
+
+def rest_to_read(text: str) -> dict[str, Any] | None:
+    """The arguments that read on from a delegation result that did not show all its output."""
+    start = text.find("{")
+    try:
+        document, _ = json.JSONDecoder().raw_decode(text, start) if start >= 0 else (None, 0)
+    except ValueError:
+        document = None
+    if isinstance(document, dict) and isinstance(document.get("output"), dict):
+        offset = document["output"].get("next_offset")
+        if isinstance(offset, int):
+            return {"delegation_id": document.get("delegation_id"), "offset": offset}
+        return None
+    found = re.search(r"delegation_id='([^']*)', offset=(\d+)", text)
+    return {"delegation_id": found[1], "offset": int(found[2])} if found else None
 
 
 def final_text(script: Script, results: list[str]) -> str:
@@ -316,6 +340,31 @@ def anthropic_turn(body: dict[str, Any]) -> tuple[Script, Turn]:
         and block.get("type") == "tool_result"
         and block.get("tool_use_id") in delegate_ids
     ]
+    read_tool = next(
+        (
+            str(t["name"])
+            for t in body.get("tools") or []
+            if isinstance(t, dict) and READ_TOOL in str(t.get("name", ""))
+        ),
+        None,
+    )
+    read_called = any(
+        isinstance(block, dict)
+        and block.get("type") == "tool_use"
+        and block.get("name") == read_tool
+        for message in messages
+        if message.get("role") == "assistant" and isinstance(message.get("content"), list)
+        for block in message["content"]
+    )
+    if script.read_rest and read_tool and not read_called and len(results) >= len(script.calls):
+        arguments = rest_to_read(results[-1]) if results else None
+        if arguments is not None:
+            return script, Turn(
+                text="Reading the rest.",
+                tool_name=read_tool,
+                arguments=arguments,
+                tool_call_id=f"toolu_{secrets.token_hex(12)}",
+            )
     return script, plan_turn(script, tool, results, "toolu_")
 
 
