@@ -51,6 +51,7 @@ from adapters.parents._scripted import (
     Say,
     ScriptedParent,
     Think,
+    result_gist,
 )
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "ParentProcessError",
     "Say",
     "ScriptedParent",
+    "result_gist",
     "Think",
     "Verdict",
     "claude_command",

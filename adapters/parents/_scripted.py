@@ -139,9 +139,29 @@ def _answer(step: Answer, results: Sequence[Mapping[str, Any]]) -> str:
     lines = [step.intro]
     for result in results:
         error = result.get("error") or {}
-        outcome = result.get("summary") or error.get("message", "")
+        outcome = result_gist(result) or error.get("message", "")
         lines.append(f"- {result.get('agent')}: {result.get('status')}: {outcome}")
     return "\n".join(lines)
+
+
+def result_gist(result: Mapping[str, Any]) -> str:
+    """What a delegation came back with, in a few words, from the result a parent's tool call
+    gets: a full result's `summary`; else, of the lean result's `output.text` (the answer said
+    once), its `Summary:` paragraph, or else its last paragraph that is not the artifact list
+    (the remote's last message, which is what a summary usually repeats)."""
+    summary = result.get("summary")
+    if isinstance(summary, str) and summary:
+        return summary
+    output = result.get("output")
+    text = output.get("text") if isinstance(output, Mapping) else None
+    if not isinstance(text, str):
+        return ""
+    paragraphs = [part.strip() for part in text.split("\n\n") if part.strip()]
+    for paragraph in paragraphs:
+        if paragraph.startswith("Summary: "):
+            return paragraph.removeprefix("Summary: ")
+    answer = [part for part in paragraphs if not part.startswith("Artifacts:")]
+    return answer[-1] if answer else ""
 
 
 _KINDS = {

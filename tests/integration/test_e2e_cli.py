@@ -14,7 +14,7 @@ Codex) and replies from each request's own prompt:
   answer `<FINAL line>` + `Delegation result: done: ...`. That answer is the served task's
   summary; `Delegating to research.` is streamed by the served CLI but is in neither that summary
   nor the parent's own prompt: the context-boundary token. (It does reach the parent model inside
-  the structured result's `messages`, which carry the served task's whole assistant-output text;
+  the lean result's `output`, which carries the served task's assistant-output text said once;
   the test pins that it is nowhere else.)
 
 Cancellation and leaks are checked on processes, not just on events: the parent CLI's
@@ -433,8 +433,8 @@ async def test_a_cli_parent_streams_the_other_cli_served_over_a2a_under_its_call
 
     # The context boundary: the parent's model got the result (its summary, which only the
     # served CLI's own delegation could produce). What the served CLI streamed is nowhere in
-    # the request but inside that structured result's `messages` (the served task's whole
-    # assistant-output text is one result message): not in the summary, not as progress.
+    # the request but inside that structured result's `output` (the lean result: the served
+    # task's assistant-output text said once): not anywhere else in it, not as progress.
     [after] = requests_after_the_call(model, cli)
     conversation = after.get("messages") or after.get("input") or []
     [result_text] = delegate_results(conversation)
@@ -442,8 +442,9 @@ async def test_a_cli_parent_streams_the_other_cli_served_over_a2a_under_its_call
     assert document["status"] == "completed" and summary in document["output"]["text"], document
     assert document["parent_tool_call_id"] == call["toolCallId"]
     assert json.dumps(after).count(STREAMED_ONLY) == result_text.count(STREAMED_ONLY)
-    without_messages = {k: v for k, v in document.items() if k != "messages"}
-    assert STREAMED_ONLY not in json.dumps(without_messages)
+    assert STREAMED_ONLY in document["output"]["text"]
+    beside_the_output = {k: v for k, v in document.items() if k != "output"}
+    assert STREAMED_ONLY not in json.dumps(beside_the_output)
     # The served CLI's own requests: it was told the objective, and it quoted its result.
     other_api = "openai" if remote == "codex" else "anthropic"
     served_requests = [r for r in model.model_requests() if r["api"] == other_api]

@@ -27,7 +27,8 @@ Every reply is computed from the request alone (the server keeps no conversation
   namespace (Codex lists MCP tools under ``mcp__<server>``) is called with that ``namespace``.
 - Otherwise, when there was a tool result, the reply is a final text that quotes it:
   ``Delegation result: <summary>`` (the ``Summary:`` line of the result text, or its
-  ``summary`` field when it is JSON, else the whole text), one line per result.
+  gist of its JSON (``adapters.parents.result_gist``: the ``summary``, or what the lean
+  result's ``output.text`` concludes with), else the whole text), one line per result.
 - Otherwise a short plain text (``Scripted reply.``): what the CLIs' side requests get.
 
 With an ``ASK:`` directive the tool is ``ask_requester`` instead (a tool whose name contains
@@ -84,6 +85,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from adapters.listener import listening_socket, serve_on_uvicorn
+from adapters.parents import result_gist
 from tools.peers.children import announce_ready
 
 log = logging.getLogger("scripted_model")
@@ -177,8 +179,8 @@ def quote_result(text: str) -> str:
         document, _ = json.JSONDecoder().raw_decode(text, start) if start >= 0 else (None, 0)
     except ValueError:
         document = None
-    if isinstance(document, dict) and isinstance(document.get("summary"), str):
-        return str(document["summary"])
+    if isinstance(document, dict) and ("summary" in document or "output" in document):
+        return result_gist(document)
     for line in text.splitlines():
         if line.startswith("Summary: "):
             return line.removeprefix("Summary: ")
