@@ -88,6 +88,20 @@ def _non_negative(_: Any, attribute: attrs.Attribute[Any], value: float) -> None
         raise RegistryError(f"{attribute.name} must not be negative, got {value!r}")
 
 
+#: The most `max_text_chars` a host may set: a result keeps its delegation's whole text, and a
+#: run store must read a result's JSON back (up to 6 characters per character, `\u0000`)
+#: within its document bound (`engine._wire.MAX_RESULT_DOCUMENT_CHARS`, 64 Mi characters).
+MAX_TEXT_CHARS_CEILING: Final = 8_000_000
+
+
+def _text_chars(_: Any, attribute: attrs.Attribute[Any], value: int) -> None:
+    if not 0 <= value <= MAX_TEXT_CHARS_CEILING:
+        raise RegistryError(
+            f"{attribute.name} must be from 0 to {MAX_TEXT_CHARS_CEILING:,} characters, "
+            f"got {value!r}"
+        )
+
+
 #: The deepest `max_nesting_depth` a host may set (a bound on what one stream can hold).
 MAX_NESTING_DEPTH: Final = 16
 
@@ -133,7 +147,7 @@ class DelegationPolicy:
     max_artifact_bytes: int = attrs.field(default=10 << 20, validator=_non_negative)
     max_summary_chars: int = attrs.field(default=4000, validator=_non_negative)
     #: Streamed text and reasoning of one delegation, in characters (`output_too_large` past it).
-    max_text_chars: int = attrs.field(default=4_000_000, validator=_non_negative)
+    max_text_chars: int = attrs.field(default=4_000_000, validator=_text_chars)
     #: What the parent model reads of one result, in characters (text and structured JSON
     #: each); output past it is served on demand by reference (`engine._parent_view`).
     max_result_chars: int = attrs.field(default=DEFAULT_MAX_RESULT_CHARS)

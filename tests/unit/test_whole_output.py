@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -245,3 +246,17 @@ def test_containment_is_looked_for_in_the_window_equality_everywhere() -> None:
 
 def _message(text: str) -> ResultMessage:
     return ResultMessage(role="assistant", text=text)
+
+
+def test_a_text_bound_a_store_could_not_read_back_is_refused() -> None:
+    """A result keeps the whole text, so `max_text_chars` is capped where its JSON (6 characters
+    per character at worst) still fits a stored result document."""
+    from engine import RegistryError
+    from engine._registry import MAX_TEXT_CHARS_CEILING
+    from engine._wire import MAX_RESULT_DOCUMENT_CHARS
+
+    assert 6 * MAX_TEXT_CHARS_CEILING < MAX_RESULT_DOCUMENT_CHARS
+    assert DelegationPolicy(max_text_chars=MAX_TEXT_CHARS_CEILING).max_text_chars > 0
+    for value in (MAX_TEXT_CHARS_CEILING + 1, -1):
+        with pytest.raises(RegistryError, match="max_text_chars"):
+            DelegationPolicy(max_text_chars=value)
