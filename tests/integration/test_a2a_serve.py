@@ -30,7 +30,6 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -40,7 +39,6 @@ from a2a.types import (
 )
 from a2a.utils.errors import UnsupportedOperationError
 
-from adapters._asyncgens import closing_abandoned_generators
 from adapters.a2a import A2AAgentConfig, A2ATarget, validate_card
 from adapters.a2a.serving import (
     MAX_BATCHES_IN_FLIGHT,
@@ -60,6 +58,7 @@ from engine import (
 )
 from tests.helpers import REPO_ROOT
 from tests.helpers.a2a_builders import user_request
+from tests.helpers.a2a_clients import sdk_client, state_of
 from tests.helpers.peers import (
     CODEX_MODEL,
     MODEL_KEY_ENV,
@@ -93,30 +92,6 @@ def slow_agent() -> Iterator[ServedAgent]:
 def agent_spec(served: ServedAgent, *, binding: str = JSONRPC) -> AgentSpec:
     config = A2AAgentConfig(card_url=served.card_url, bindings=(binding,), prefer_own_bindings=True)
     return AgentSpec(key="served", protocol="a2a", target=A2ATarget(config))
-
-
-@asynccontextmanager
-async def sdk_client(served: ServedAgent, binding: str) -> AsyncIterator[Client]:
-    """The a2a-sdk client on one binding. Its streams are closed with the client, as the A2A
-    target closes them: the SDK closes no inner generator when a stream raises (a refused
-    SubscribeToTask, say)."""
-    async with closing_abandoned_generators(), httpx.AsyncClient(timeout=10.0) as http:
-        card = await A2ACardResolver(http, served.base_url).get_agent_card()
-        config = ClientConfig(httpx_client=http, supported_protocol_bindings=[binding])
-        client = ClientFactory(config).create(card)
-        try:
-            yield client
-        finally:
-            await client.close()
-
-
-def state_of(event: StreamResponse) -> str:
-    kind = event.WhichOneof("payload")
-    if kind == "task":
-        return "task:" + TaskState.Name(event.task.status.state)
-    if kind == "status_update":
-        return TaskState.Name(event.status_update.status.state)
-    return str(kind)
 
 
 def chunk_text(events: list[StreamResponse]) -> str:

@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
 import pytest
 import trio
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client import Client
 from a2a.types import (
     CancelTaskRequest,
     GetTaskRequest,
@@ -31,8 +30,8 @@ from a2a.types import (
 )
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
 
-from adapters._asyncgens import closing_abandoned_generators
 from tests.helpers.a2a_builders import user_request
+from tests.helpers.a2a_clients import sdk_client, state_of
 from tests.helpers.peers import (
     CODEX_MODEL,
     MODEL_KEY_ENV,
@@ -57,29 +56,6 @@ def ask_agent() -> Iterator[ServedAgent]:
 def impatient_agent() -> Iterator[ServedAgent]:
     with served_agent("--parent", "scripted", "--script", "ask", "--ask-timeout", "0.5") as a:
         yield a
-
-
-@asynccontextmanager
-async def sdk_client(served: ServedAgent, binding: str = JSONRPC) -> AsyncIterator[Client]:
-    """The a2a-sdk client on one binding, its streams closed with it (the SDK closes no inner
-    generator when a stream raises, as a refused message's does)."""
-    async with closing_abandoned_generators(), httpx.AsyncClient(timeout=10.0) as http:
-        card = await A2ACardResolver(http, served.base_url).get_agent_card()
-        config = ClientConfig(httpx_client=http, supported_protocol_bindings=[binding])
-        client = ClientFactory(config).create(card)
-        try:
-            yield client
-        finally:
-            await client.close()
-
-
-def state_of(event: StreamResponse) -> str:
-    kind = event.WhichOneof("payload")
-    if kind == "task":
-        return "task:" + TaskState.Name(event.task.status.state)
-    if kind == "status_update":
-        return TaskState.Name(event.status_update.status.state)
-    return str(kind)
 
 
 def status_text(event: StreamResponse) -> str:

@@ -9,7 +9,6 @@ Assertions are on what the engine journaled and returned *and* on what the remot
 
 from __future__ import annotations
 
-import socket
 import sys
 import uuid
 from collections.abc import Iterator
@@ -48,6 +47,7 @@ from engine import (
 )
 from tests.helpers import REPO_ROOT
 from tests.helpers.events import MERGEABLE, events_of, kinds
+from tests.helpers.ports import closed_port
 from tests.helpers.processes import ready_server
 from tests.helpers.runs import delegate_for_events, journal_so_far
 
@@ -513,14 +513,6 @@ async def test_a_refused_stop_is_cancel_pending(agui_server: AguiServer) -> None
 # always when we left a live stream ourselves (our limits, a timeout, a cancel) or the stream
 # ended without a terminal. Stops are matched by the delegation id their body carries, so even a
 # refused run (which the remote does not record) is covered.
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 def stops_of(server: AguiServer, delegation_id: str) -> list[dict[str, Any]]:

@@ -11,7 +11,6 @@ nothing listens at, a malformed card) and the AG-UI agent (`tools/peers/agui_app
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -37,19 +36,12 @@ from engine import (
     TargetUpdate,
 )
 from tests.helpers import REPO_ROOT
+from tests.helpers.ports import closed_port
 from tests.helpers.processes import ready_server
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a
 
 #: Every step of a test is bounded by this (a stuck remote fails the test, never hangs it).
 STEP_SECONDS = 10.0
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @attrs.define

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -35,6 +34,7 @@ from adapters.parents import (
     probe_model_endpoint,
 )
 from engine import Engine, ErrorCode, Kind, Run, RunEndpoint
+from tests.helpers import ports
 from tests.helpers.fakes_cli import CLAUDE_SIGINT, CODEX_SIGINT, read_log, write_fake_cli
 
 GRACES: dict[str, Any] = {"interrupt_grace": 2.0, "terminate_grace": 2.0, "kill_grace": 2.0}
@@ -210,18 +210,13 @@ def test_max_retries_must_be_a_count() -> None:
 
 @pytest.fixture
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return ports.closed_port()
 
 
 @pytest.fixture
 def silent_port() -> Iterator[int]:
-    """A port that accepts connections (the kernel completes them) and never answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(8)
-        yield int(sock.getsockname()[1])
+    with ports.silent_port() as port:
+        yield port
 
 
 def test_the_probe_names_a_closed_endpoint(closed_port: int) -> None:

@@ -9,7 +9,6 @@ probe's bound.
 
 from __future__ import annotations
 
-import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import web.config
 from cli.a2a_serve import a2a_serve_main
 from cli.serve import serve_main
 from demo import DemoOptions, demo_main
+from tests.helpers import ports
 from web.config import ConfigError, api_key_problem, parse_config
 
 KEY_ENV = "STARTUP_CHECK_MODEL_KEY"
@@ -37,18 +37,13 @@ def fake_cli(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return ports.closed_port()
 
 
 @pytest.fixture
 def silent_port() -> Iterator[int]:
-    """Accepts connections (the kernel completes them) and never answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        sock.listen(8)
-        yield int(sock.getsockname()[1])
+    with ports.silent_port() as port:
+        yield port
 
 
 def host_toml(path: Path, binary: Path, *, endpoint: str | None, key_env: str | None) -> str:
