@@ -34,6 +34,13 @@ constant:
 - tool results answer a call that was started, after its TOOL_CALL_END, and after every subagent
   that call spawned has ended (agents as tools: the subagent's terminal before the result);
 - nothing is open at RUN_FINISHED: text, tool calls, steps, reasoning, subagents;
+- interrupts (https://docs.ag-ui.com/spec/1.0/basic/patterns/interrupt-resume), beyond the
+  client (`interrupt_mismatch`): the interrupts of a RUN_FINISHED `interrupt` outcome have
+  unique ids; an interrupt's `subagentRunId` names a subagent that ended suspended in this run
+  naming that interrupt among its `interruptIds`, and every id a suspended subagent names is one
+  of the outcome's interrupts. A run that starts after an interrupted one continues it: a
+  TOOL_CALL_RESULT may answer a tool call the interrupted run left unanswered (the parent's call
+  that waited on the suspended subagent);
 - CUSTOM `subagent.*` groups (the `custom` mode: untagged CUSTOM events whose value names a
   `delegationId`): events only inside a group opened by `subagent.started`, exactly one
   terminal (`subagent.finished` / `failed` / `cancelled`), none open at RUN_FINISHED, and the
@@ -102,6 +109,7 @@ class Rule:
     RESULT_FOR_UNKNOWN_CALL: Final = "result_for_unknown_call"
     RESULT_BEFORE_CALL_END: Final = "result_before_call_end"
     RESULT_BEFORE_SUBAGENT_END: Final = "result_before_subagent_end"
+    INTERRUPT_MISMATCH: Final = "interrupt_mismatch"
     ID_NOT_INCREASING: Final = "id_not_increasing"
     CHUNK_REJECTED: Final = "chunk_rejected"
 
@@ -184,6 +192,9 @@ class StreamChecker:
         self._finished = False  # the last run ended with RUN_FINISHED
         self._errored = False  # the stream ended with RUN_ERROR
         self._chunks = ChunkExpander()
+        #: The unanswered tool calls (and their owners) of a run that ended at an interrupt:
+        #: the run that continues it may answer them.
+        self._carried: dict[str, str | None] = {}
         self._reset()
 
     def _reset(self) -> None:
@@ -200,6 +211,9 @@ class StreamChecker:
         self._activity_owner: dict[str, str | None] = {}
         self._subagents: dict[str, _Subagent] = {}
         self._groups: dict[str, _Subagent] = {}  # CUSTOM subagent.* groups by delegationId
+        self._answered: set[str] = set()  # tool calls with a result in this run
+        #: The interrupt ids each subagent that ended suspended in this run names.
+        self._suspended: dict[str, list[Any]] = {}
 
     # -- feeding -----------------------------------------------------------------------------
 
@@ -272,6 +286,8 @@ class StreamChecker:
                 self._finished = self._errored = False
                 self._active = True
                 self._reset()
+                self._call_owner.update(self._carried)  # a continuation answers them
+                self._carried = {}
                 self._seed_owners(_input_messages(event), False, report)
             else:
                 ended = "RUN_ERROR" if self._errored else "RUN_FINISHED"
@@ -468,6 +484,7 @@ class StreamChecker:
 
     def _on_tool_call_result(self, event: dict[str, Any], tag: Any, report: Any) -> None:
         cid = event["toolCallId"]
+        self._answered.add(cid)
         self._message_owner[event["messageId"]] = tag
         if cid in self._calls:
             report(Rule.RESULT_BEFORE_CALL_END, f"tool call {cid!r} has not ended")
@@ -565,6 +582,10 @@ class StreamChecker:
 
     def _on_subagent_finished(self, event: dict[str, Any], tag: Any, report: Any) -> None:
         self._end_subagent(event["subagentRunId"], report)
+        outcome = event.get("outcome")
+        if isinstance(outcome, dict) and outcome.get("type") == "suspended":
+            ids = outcome.get("interruptIds")
+            self._suspended[event["subagentRunId"]] = list(ids) if isinstance(ids, list) else []
 
     def _on_subagent_error(self, event: dict[str, Any], tag: Any, report: Any) -> None:
         self._end_subagent(event["subagentRunId"], report)
@@ -610,8 +631,46 @@ class StreamChecker:
         open_things += [f"subagent group {k!r}" for k, s in self._groups.items() if s.open]
         for thing in open_things:
             report(Rule.OPEN_AT_FINISH, f"{thing} is still open at RUN_FINISHED")
+        outcome = event.get("outcome")
+        if isinstance(outcome, dict) and outcome.get("type") == "interrupt":
+            self._check_interrupts(outcome.get("interrupts"), report)
+            self._carried = {
+                cid: owner for cid, owner in self._call_owner.items() if cid not in self._answered
+            }
         self._finished = True
         self._active = False
+
+    def _check_interrupts(self, interrupts: Any, report: Any) -> None:
+        if not isinstance(interrupts, list):
+            return
+        seen: set[Any] = set()
+        for interrupt in interrupts:
+            if not isinstance(interrupt, dict):
+                continue
+            iid = interrupt.get("id")
+            if iid in seen:
+                report(Rule.INTERRUPT_MISMATCH, f"interrupt id {iid!r} is not unique in the run")
+            seen.add(iid)
+            sid = interrupt.get("subagentRunId")
+            if sid is None:
+                continue
+            if sid not in self._suspended:
+                report(
+                    Rule.INTERRUPT_MISMATCH,
+                    f"interrupt {iid!r} names subagent {sid!r}, which did not end suspended",
+                )
+            elif iid not in self._suspended[sid]:
+                report(
+                    Rule.INTERRUPT_MISMATCH,
+                    f"interrupt {iid!r} is not among subagent {sid!r}'s interruptIds",
+                )
+        for sid, ids in self._suspended.items():
+            for iid in ids:
+                if iid not in seen:
+                    report(
+                        Rule.INTERRUPT_MISMATCH,
+                        f"subagent {sid!r} is suspended on {iid!r}, which no interrupt names",
+                    )
 
     def _on_run_error(self, event: dict[str, Any], tag: Any, report: Any) -> None:
         self._errored = True

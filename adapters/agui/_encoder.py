@@ -23,16 +23,19 @@ Modes (AG-UI subagents and their compatibility: https://docs.ag-ui.com/concepts/
   SUBAGENT_ERROR (failed, cancelled: `code` is the engine's error code). A subagent's text,
   reasoning and tool calls are native AG-UI events; its statuses, artifacts, input requests,
   drop markers and custom payloads are CUSTOM events named after the engine kind. An input
-  request is a CUSTOM `subagent.input_required` naming the interrupt
-  `<delegation id>-input-<sequence>`; the subagent stays open while the host waits for the
-  answer, and a delegation that ends waiting (status `input_required`) ends with
-  SUBAGENT_FINISHED and a `suspended` outcome naming that interrupt. A subagent id is never
-  announced twice in one run: @ag-ui/client 1.0.0 refuses that; a continuation (the same id
-  again, AG-UI "Suspension") is for the run that resumes it.
+  request is a CUSTOM `subagent.input_required` naming the interrupt (the engine question's id,
+  `<delegation id>-input-<sequence>`, with the question under `question`); by itself the
+  subagent stays open while the host waits for the answer (a viewer that cannot end its stream
+  at an interrupt answers through the host), and a delegation that ends waiting (status
+  `input_required`) ends with SUBAGENT_FINISHED and a `suspended` outcome naming that
+  interrupt. A subagent id is never announced twice in one run: @ag-ui/client 1.0.0 refuses
+  that; a continuation (the same id again, AG-UI "Suspension") is for the run that resumes it.
 - `custom`: the parent's events as AG-UI events; every delegation event is a CUSTOM event named
   `subagent.*` whose value carries the delegation's identity (runId, parentToolCallId, delegationId,
   agentKey, agentName, remoteTaskId, remoteContextId, messageId, delta) plus the event's own
-  (status, text, artifact, error, toolCallId, ...), camelCase.
+  (status, text, artifact, error, toolCallId, ...), camelCase. An input request is followed by a
+  CUSTOM `subagent.interrupt` whose value adds `interrupts`: the AG-UI `Interrupt` objects an
+  attributed stream would end with (see "Interrupts"); the stream stays open.
 - `inline`: the pre-subagent shape. A subagent's text, reasoning and tool calls arrive as the
   parent's (no `subagentRunId`, no lifecycle); its custom payloads are kept untagged; statuses,
   artifacts, input requests, drop markers and lifecycle are dropped.
@@ -50,6 +53,27 @@ marker (`subagent.nested.folded`) is a CUSTOM event of the ancestor it was folde
 parent's like the delegation's own; in `hidden` mode they are dropped. A subagent ends after its
 nested subagents (the encoder closes any still open, deepest first), and a tool call's result
 waits for the nested subagents that call spawned, as for delegations.
+
+Interrupts (AG-UI 1.0 "Interrupts and Resume", https://docs.ag-ui.com/concepts/interrupts and
+https://docs.ag-ui.com/spec/1.0/basic/patterns/interrupt-resume): a stream may end at the
+engine's open questions instead of a run terminal. The encoder remembers the questions its
+stream showed open (`open_questions`: asked by `subagent.input_required`, not yet closed by
+`subagent.input_closed` or their delegation's end); `suspend(questions)` gives the frames that
+end the stream there: in `attributed` mode every open subagent ends SUBAGENT_FINISHED with
+`outcome: {type: "suspended", interruptIds}` (the asking one, the question's `asker` or else its
+delegation, names its questions; its ancestors and every other open subagent name none), every
+open message, reasoning message and tool call closes, and RUN_FINISHED carries `outcome:
+{type: "interrupt", interrupts}`, one `Interrupt` per question (`id` the question id, `reason`
+`input_required`, or `confirmation` for a question whose answer is a boolean, `message` its
+text, `responseSchema`, `expiresAt` in ISO 8601 UTC, `subagentRunId` the asking subagent, and
+`metadata` with the delegation id, agent and the engine's reason). `inline` and `hidden` end
+the same way without subagents (no `subagentRunId`: those modes show none); `custom` does not
+suspend (see above). The engine's run goes on: only this stream ended. Tool results held for a
+suspended subagent stay held. `resume(run_id)`, on an encoder that has suspended (the one that
+did, or a fresh one fed the same entries and suspended with the same questions), gives the
+frames that open the continuing stream: RUN_STARTED with the new run id, and every suspended
+subagent announced again with its `subagentRunId` and links (a continuation of the same
+invocation); what the entries after the suspension give follows, as for any stream.
 
 Ordering guarantees, whatever the entries: the first event is RUN_STARTED (synthesized if
 needed); the parent's tool call that spawned a subagent is closed (TOOL_CALL_END) before the
@@ -84,6 +108,7 @@ changes a byte of any viewer's stream (the tests compare).
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import weakref
@@ -95,9 +120,25 @@ import attrs
 from ag_ui.core import EventType
 
 from adapters.agui._framing import Frame, sse_bytes
-from engine import DelegationError, DelegationEvent, ErrorCode, JournalEntry, Kind, to_jsonable
+from engine import (
+    DelegationError,
+    DelegationEvent,
+    ErrorCode,
+    JournalEntry,
+    Kind,
+    Question,
+    to_jsonable,
+)
 
-__all__ = ["DEFAULT_MODE", "MODES", "AguiStreamEncoder", "SharedEncoding", "frame_events"]
+__all__ = [
+    "DEFAULT_MODE",
+    "INTERRUPT_EVENT",
+    "MODES",
+    "AguiStreamEncoder",
+    "SharedEncoding",
+    "frame_events",
+    "interrupt_of",
+]
 
 #: The visibility modes, default first: the one declaration (the server's `?mode=`, the host
 #: configuration's `[server] visibility` and the page's choices are checked against it).
@@ -156,6 +197,14 @@ _TOOL: Final = {
 
 _OPEN: Final = "open"
 _CLOSED: Final = "closed"
+#: Ended for this stream at an interrupt; open again in the stream that resumes (`resume`).
+_SUSPENDED: Final = "suspended"
+
+#: AG-UI interrupt reasons (an open string in the spec; these are the ones clients know).
+INTERRUPT_INPUT: Final = "input_required"
+INTERRUPT_CONFIRMATION: Final = "confirmation"
+#: The CUSTOM event that carries a question's interrupts in `custom` mode.
+INTERRUPT_EVENT: Final = "subagent.interrupt"
 
 _NESTED_LIFECYCLE: Final = frozenset({Kind.NESTED_STARTED, *Kind.NESTED_TERMINALS})
 _FINISHES: Final = frozenset({Kind.FINISHED, Kind.NESTED_FINISHED})
@@ -235,6 +284,8 @@ class _Delegation:
     #                            (`_FORGOTTEN` once it ended: nothing copies it any more)
     interrupt: str | None = None  # the input request it is waiting on, if any
     root: str = ""
+    #: The SUBAGENT_STARTED it was announced with (attributed mode): what `resume` repeats.
+    announcement: dict[str, Any] | None = None
 
     @property
     def nested(self) -> bool:
@@ -284,6 +335,10 @@ class AguiStreamEncoder:
         self._held: list[tuple[str, dict[str, Any]]] = []  # (tool call id, TOOL_CALL_RESULT)
         #: `_fast_target`'s answers since the generic path last ran.
         self._fast_known: dict[tuple[Any, ...], tuple[str, str | None]] = {}
+        #: The questions this stream showed open, by id, oldest first.
+        self._questions: dict[str, Question] = {}
+        #: The subagents `suspend` ended, deepest and newest first (None: not suspended).
+        self._suspended: list[_Delegation] | None = None
 
     # -- the StreamEncoder protocol: frames --------------------------------------------------
 
@@ -484,8 +539,125 @@ class AguiStreamEncoder:
 
     @property
     def ended(self) -> bool:
-        """True once the run's terminal event was produced."""
+        """True once the run's terminal event (or `suspend`'s RUN_FINISHED) was produced."""
         return self._ended
+
+    @property
+    def suspended(self) -> bool:
+        """True between `suspend` and `resume`."""
+        return self._suspended is not None
+
+    @property
+    def open_questions(self) -> list[Question]:
+        """The questions this stream showed asked (`subagent.input_required`) and not yet
+        closed, oldest first: what `suspend` may end the stream at."""
+        return list(self._questions.values())
+
+    # -- interrupts --------------------------------------------------------------------------
+
+    def suspend(self, questions: Sequence[Question]) -> list[Frame]:
+        """The frames that end this stream at `questions` (the engine's open questions, usually
+        `open_questions` less those closed since) without a run terminal: every open subagent
+        ends suspended, everything open closes, and RUN_FINISHED carries the interrupt outcome
+        (see the module docstring). None when there is nothing to suspend (no questions, or the
+        stream already ended); nothing is produced after them until `resume`. Not in `custom`
+        mode, whose streams stay open at a question (ValueError)."""
+        if self.mode == "custom":
+            raise ValueError("custom streams stay open at a question; they do not suspend")
+        if self._ended or not questions:
+            return []
+        self._fast_known.clear()
+        out: list[dict[str, Any]] = []
+        run_id = self.run_id or questions[0].run_id
+        if not self._started:
+            self._started = True
+            out.append(
+                {"type": _RUN_STARTED, "threadId": self.thread_id or run_id, "runId": run_id}
+            )
+        owned: dict[str, list[str]] = {}
+        interrupts: list[dict[str, Any]] = []
+        for question in questions:
+            asker = self._asker(question)
+            if asker is not None:
+                owned.setdefault(asker, []).append(question.id)
+            interrupts.append(interrupt_of(question, asker if self.mode == "attributed" else None))
+        suspended: list[_Delegation] = []
+        # Newest first: a subagent opened after another may be its child, never its parent.
+        for subagent in reversed(list(self._open_subagents.values())):
+            self._close_entities(subagent.id, out)
+            subagent.state = _SUSPENDED
+            del self._open_subagents[subagent.id]
+            suspended.append(subagent)
+            if self.mode == "attributed":
+                ids = owned.get(subagent.id, [])
+                out.append(
+                    {
+                        "type": _SUBAGENT_FINISHED,
+                        "subagentRunId": subagent.id,
+                        "outcome": {"type": "suspended", "interruptIds": ids},
+                    }
+                )
+        self._close_entities(None, out)
+        self._ended = True
+        self._suspended = suspended
+        out.append(
+            {
+                "type": _RUN_FINISHED,
+                "threadId": self.thread_id or run_id,
+                "runId": run_id,
+                "outcome": {"type": "interrupt", "interrupts": interrupts},
+            }
+        )
+        return _frames_of(out, None)
+
+    def resume(self, run_id: str) -> list[Frame]:
+        """The frames that open the stream continuing a suspended one as AG-UI run `run_id`:
+        RUN_STARTED, then each suspended subagent announced again (the same `subagentRunId`,
+        name and links; a link to a subagent that is not announced again is left out).
+        ValueError if this encoder has not suspended."""
+        suspended = self._suspended
+        if suspended is None:
+            raise ValueError("resume needs an encoder that suspended")
+        self._fast_known.clear()
+        self._suspended = None
+        self._ended = False
+        self.run_id = run_id
+        out: list[dict[str, Any]] = [
+            {"type": _RUN_STARTED, "threadId": self.thread_id or run_id, "runId": run_id}
+        ]
+        announced: set[str] = set()
+        for subagent in reversed(suspended):  # the order they opened in
+            subagent.state = _OPEN
+            self._open_subagents[subagent.id] = subagent
+            announcement = subagent.announcement
+            if self.mode == "attributed" and announcement is not None:
+                again = dict(announcement)
+                if again.get("parentSubagentRunId") not in announced:
+                    again.pop("parentSubagentRunId", None)
+                out.append(again)
+                announced.add(subagent.id)
+        return _frames_of(out, None)
+
+    def _asker(self, question: Question) -> str | None:
+        """The open subagent that asks `question`: its `asker`, else the deepest of its
+        lineage this stream has open (None: none of them is)."""
+        for sid in (question.asker, *reversed(question.lineage), question.delegation_id):
+            if not sid:
+                continue
+            subagent = self._open_subagents.get(sid)
+            if subagent is not None and subagent.root == question.delegation_id:
+                return subagent.id
+        return None
+
+    def _note_question(self, event: DelegationEvent) -> None:
+        question = event.question
+        if question is None or not isinstance(question.id, str):
+            return
+        if event.kind == Kind.INPUT_REQUIRED and question.open:
+            self._questions.pop(question.id, None)
+            self._questions[question.id] = question
+        else:
+            self._questions.pop(question.id, None)
 
     # -- dispatch ----------------------------------------------------------------------------
 
@@ -545,6 +717,8 @@ class AguiStreamEncoder:
         elif kind == Kind.STARTED:
             self.dropped["duplicate_start"] += 1
             return
+        if kind == Kind.INPUT_REQUIRED or kind == Kind.INPUT_CLOSED:
+            self._note_question(event)
         if kind in Kind.DELEGATION_TERMINALS:
             self._close_delegation(delegation, event, out)
             return
@@ -581,6 +755,20 @@ class AguiStreamEncoder:
             self.dropped["hidden"] += 1
         elif mode == "custom":
             out.append(self._custom_event(event))
+            if kind == Kind.INPUT_REQUIRED and event.question is not None and event.question.open:
+                value = _drop_none(
+                    {
+                        "runId": event.run_id or self.run_id,
+                        "parentToolCallId": event.parent_tool_call_id,
+                        "delegationId": did,
+                        "agentKey": event.agent_key,
+                        "agentName": event.agent_name,
+                        "nestedId": event.nested_id,
+                    }
+                )
+                asker = event.question.asker or did
+                value["interrupts"] = [interrupt_of(event.question, asker)]
+                out.append({"type": _CUSTOM, "name": INTERRUPT_EVENT, "value": value})
         elif kind in _TEXT or kind in _REASONING or kind in _TOOL:
             tag = sid if mode == "attributed" else None
             if kind in _TEXT:
@@ -686,6 +874,7 @@ class AguiStreamEncoder:
             )
             if metadata:
                 announce["metadata"] = metadata
+            nested.announcement = dict(announce)
             out.append(announce)
         elif self.mode == "custom":
             out.append(self._custom_event(event))
@@ -742,6 +931,7 @@ class AguiStreamEncoder:
         )
         if metadata:
             announce["metadata"] = metadata
+        delegation.announcement = dict(announce)
         out.append(announce)
 
     def _close_delegation(
@@ -762,6 +952,10 @@ class AguiStreamEncoder:
         delegation.state = _CLOSED
         del self._open_subagents[delegation.id]
         delegation.identity = _FORGOTTEN  # the journal's window may let go of that event
+        delegation.announcement = None
+        if self._questions and not delegation.nested:  # its questions ended with it
+            for qid in [q.id for q in self._questions.values() if q.delegation_id == delegation.id]:
+                del self._questions[qid]
         if self.mode == "attributed":
             if suspended:
                 # A nested subagent owns no interrupt of this run: the delegation's covers all.
@@ -1080,6 +1274,8 @@ class AguiStreamEncoder:
             value["error"] = _camel(to_jsonable(event.error))
         if event.dropped is not None:
             value["dropped"] = _camel(to_jsonable(event.dropped))
+        if event.question is not None:
+            value["question"] = _drop_none(_camel(to_jsonable(event.question)))
         if event.kind == Kind.CUSTOM:
             value["value"] = _custom_value(event)
         if event.synthesized:
@@ -1123,7 +1319,57 @@ def _sub_id(did: str, value: str | None, fallback: str) -> str:
 
 
 def _interrupt_id(did: str, event: DelegationEvent) -> str:
+    question = event.question
+    if question is not None and isinstance(question.id, str) and question.id:
+        return question.id
     return f"{did}-input-{event.sequence}"
+
+
+def interrupt_of(question: Question, subagent_run_id: str | None = None) -> dict[str, Any]:
+    """The AG-UI 1.0 `Interrupt` (camelCase, no nulls) of an engine question: `subagentRunId`
+    when given (the subagent that asks, as the stream shows it)."""
+    interrupt: dict[str, Any] = {"id": question.id, "reason": _interrupt_reason(question)}
+    if question.text:
+        interrupt["message"] = question.text
+    if isinstance(question.response_schema, dict) and question.response_schema:
+        interrupt["responseSchema"] = question.response_schema
+    expires_at = _iso_time(question.expires_at)
+    if expires_at is not None:
+        interrupt["expiresAt"] = expires_at
+    if subagent_run_id is not None:
+        interrupt["subagentRunId"] = subagent_run_id
+    interrupt["metadata"] = _drop_none(
+        {
+            "runId": question.run_id,
+            "delegationId": question.delegation_id,
+            "agentKey": question.agent_key or None,
+            "agentName": question.agent_name or None,
+            "asker": question.asker,
+            "engineReason": question.reason,
+            "authUrl": question.auth_url,
+        }
+    )
+    return interrupt
+
+
+def _interrupt_reason(question: Question) -> str:
+    """An answer that is one boolean is a confirmation; every other question (credentials
+    included: `metadata.engineReason` says `auth_required`) asks for input."""
+    schema = question.response_schema
+    if isinstance(schema, dict) and schema.get("type") == "boolean":
+        return INTERRUPT_CONFIRMATION
+    return INTERRUPT_INPUT
+
+
+def _iso_time(epoch: float | None) -> str | None:
+    """Epoch seconds as ISO 8601 UTC (`2026-12-04T06:30:00.000Z`), None for none or nonsense."""
+    if epoch is None or isinstance(epoch, bool) or not isinstance(epoch, (int, float)):
+        return None
+    try:
+        moment = datetime.datetime.fromtimestamp(epoch, tz=datetime.UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _text_of(event: DelegationEvent) -> str:
