@@ -6,6 +6,7 @@
 //                            subagentText {card id: [[t, text length], ...]} each time a card's
 //                            own text grows, results {tool call id: t} when a result appears,
 //                            statuses [[t, state, text], ...] each time the status changes,
+//                            statusTexts [[t, state, text], ...] each time its text changes too,
 //                            cardStates {card id: [[t, state], ...]} each time a card's changes.
 //   window.__probe.view()    what the page shows: status, tool calls, subagent cards (with their
 //                            input requests and notes), messages.
@@ -15,6 +16,7 @@
     subagentText: {},
     results: {},
     statuses: [],
+    statusTexts: [],
     cardStates: {},
   };
   const ownTextNodes = (card) =>
@@ -45,6 +47,11 @@
       if (!last || last[1] !== status.dataset.state) {
         const text = document.getElementById("status-text")?.textContent ?? null;
         timeline.statuses.push([now, status.dataset.state, text]);
+      }
+      const shown = document.getElementById("status-text")?.textContent ?? null;
+      const said = timeline.statusTexts[timeline.statusTexts.length - 1];
+      if (!said || said[1] !== status.dataset.state || said[2] !== shown) {
+        timeline.statusTexts.push([now, status.dataset.state, shown]);
       }
     }
   };

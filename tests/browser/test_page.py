@@ -18,6 +18,13 @@ that never gets there fails the test. Canned streams (`synthetic.sse`; a CLI par
 and heartbeats, built below) are served by the browser's router. Chromium is installed with
 apt-get when missing (as `./dev test` does); the tests skip only where it is missing and cannot be
 installed (not root, or no apt-get).
+
+Human in the loop with the demo's own agents: on the first page server, a prompt that asks for a
+question ("ask me which framework to review") makes the review agent ask one (`demo.agents`); the
+page names it in the status bar, scrolls the question into view and focuses its field; it is
+answered on the page, through another surface (the answer endpoint, from the test with httpx), or
+on the page just after another surface answered it (409 question_closed). Those scenarios also save
+a phone-width and a desktop-width screenshot of the question.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ from playwright.sync_api import (
 
 from adapters.parents import Say
 from demo import BUILTIN_REMOTES
+from demo.agents import REVIEW_QUESTION
 from tests.browser.serve_demo import BEFORE_ASKING, QUESTION, SOLO_NAME, TEAM_NAME
 from tests.helpers.cutting_proxy import CuttingProxy
 from tests.helpers.processes import ready_server
@@ -104,6 +112,18 @@ NESTED_TEXT_SHOWS = """() => [...document.querySelectorAll("details.subagent det
     .some((card) => [...card.querySelectorAll(":scope > .sa-body > .sa-items > .message > .text")]
         .some((text) => text.textContent.length > 0))"""
 A2A_SCRIPT = "research"  # the a2a-serve script of the side-by-side server's A2A agent
+ASKING_PROMPT = "ask me which framework to review"  # the review agent asks (demo.agents)
+REVIEW_WAITS = "Review Agent waits for your answer"  # the status bar while it waits
+RUNNING = "Running\u2026"
+ANOTHER_CLIENT = "a colleague's client"  # who answers through the answer endpoint
+PHONE = {"width": 390, "height": 700}
+DESKTOP = {"width": 1100, "height": 900}
+# Where the question's block is and whether its field has the focus.
+QUESTION_PLACEMENT = """(box) => {
+    const rect = box.closest(".sa-input").getBoundingClientRect();
+    return {top: rect.top, bottom: rect.bottom, viewport: innerHeight, scrollY,
+        pageTop: rect.top + scrollY, focused: document.activeElement === box};
+}"""
 
 
 def _ensure_chromium() -> Path:
@@ -822,7 +842,7 @@ def ask(watch: PageWatch, ask_server: str) -> dict[str, Any]:
         blank = read_view(page)
         sent_before_server = len(sent)
 
-        # An answer the server refuses (409 not_waiting): its message shows in the card.
+        # An answer the server refuses (404: no such delegation): its message shows in the card.
         def to_nobody(route: Route) -> None:
             body = json.loads(route.request.post_data or "{}")
             route.continue_(post_data=json.dumps({**body, "delegationId": NOBODY}))
@@ -900,6 +920,158 @@ def ask_stop(watch: PageWatch, ask_server: str) -> dict[str, Any]:
         return {"asked": asked, "view": read_view(page)}
 
 
+# --- the demo's review agent asks (human in the loop) ------------------------------------------
+
+
+def review_card(page: Page) -> Locator:
+    return card(page, "Review Agent")
+
+
+def review_box(page: Page) -> Locator:
+    return review_card(page).get_by_role("textbox", name="Your answer", exact=True)
+
+
+def review_button(page: Page) -> Locator:
+    return review_card(page).get_by_role("button", name="Answer", exact=True)
+
+
+def shoot(watch: PageWatch, page: Page, name: str) -> None:
+    """The viewport now, at phone width then at desktop width (the page is left at desktop)."""
+    for label, size in (("phone", PHONE), ("desktop", DESKTOP)):
+        page.set_viewport_size(size)
+        page.screenshot(path=watch.screenshots / f"page-{name}-{label}.png")
+
+
+def start_asking_run(page: Page, base: str) -> dict[str, Any]:
+    """Run the asking prompt; the server's answer ({run_id, viewer_token, events_url})."""
+    page.goto(f"{base}/")
+    with page.expect_response(lambda r: urlsplit(r.url).path == "/runs") as started:
+        start_run(page, prompt=ASKING_PROMPT)
+    review_box(page).wait_for()
+    document: dict[str, Any] = started.value.json()
+    return document
+
+
+def answer_elsewhere(base: str, started: dict[str, Any], body: dict[str, Any]) -> httpx.Response:
+    """POST /runs/<id>/answer as another client would (the viewer token as a bearer)."""
+    return httpx.post(
+        f"{base}/runs/{started['run_id']}/answer",
+        json=body,
+        headers={"authorization": f"Bearer {started['viewer_token']}"},
+        timeout=10,
+    )
+
+
+def review_question(page: Page) -> dict[str, Any]:
+    """The review card's question as the page shows it, with the ids the page answers for."""
+    block = review_card(page).locator(".sa-input")
+    return {
+        "questionId": block.get_attribute("data-question-id"),
+        "answered": block.locator(".answered").all_text_contents(),
+        "closed": block.locator(".input-closed").all_text_contents(),
+        "error": block.locator(".answer-error").text_content(),
+        "forms": block.locator("form").count(),
+        "state": block.get_attribute("data-state"),
+    }
+
+
+@pytest.fixture(scope="module")
+def review_asks(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """(The demo agents) Run a prompt that asks for a question, in a phone-sized tab; when the
+    review agent asks, read where the question is; answer it on the page; run to the end."""
+    with watch.page("review-asks") as page:
+        sent: list[dict[str, Any]] = []
+        page.on(
+            "request",
+            lambda r: sent.append(json.loads(r.post_data or "null")) if is_answer(r) else None,
+        )
+        page.set_viewport_size(PHONE)
+        start_asking_run(page, page_server)
+        box = review_box(page)
+        page.wait_for_function("() => document.activeElement?.name === 'answer'")
+        placement = box.evaluate(QUESTION_PLACEMENT)
+        asked = read_view(page)
+        question = review_question(page)
+        shoot(watch, page, "review-asks")
+        box.fill("Trio")
+        with page.expect_response(lambda r: is_answer(r.request)) as accepted:
+            review_button(page).click()
+        review_card(page).get_by_text("Answered: Trio").wait_for()
+        wait_for_end(page)
+        return {
+            "placement": placement,
+            "asked": asked,
+            "question": question,
+            "acceptedStatus": accepted.value.status,
+            "sent": sent,
+            "view": read_view(page),
+            "closed": review_question(page),
+        }
+
+
+@pytest.fixture(scope="module")
+def review_answered_elsewhere(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """(The demo agents) The review asks; another client answers through the answer endpoint
+    while the page shows the question; run to the end."""
+    with watch.page("review-answered-elsewhere") as page:
+        started = start_asking_run(page, page_server)
+        asked = read_view(page)
+        question = review_question(page)
+        body = {
+            "delegationId": cards_by_name(asked)["Review Agent"]["id"],
+            "questionId": question["questionId"],
+            "text": "Quart",
+            "answeredBy": ANOTHER_CLIENT,
+        }
+        response = answer_elsewhere(page_server, started, body)
+        review_card(page).locator(".sa-input > .answered").wait_for()
+        closed = review_question(page)
+        shoot(watch, page, "review-answered-elsewhere")
+        wait_for_end(page)
+        return {
+            "asked": asked,
+            "question": question,
+            "status": response.status_code,
+            "body": response.json(),
+            "closed": closed,
+            "view": read_view(page),
+        }
+
+
+@pytest.fixture(scope="module")
+def review_closed_on_page(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """(The demo agents) The review asks; the page's answer is sent just after another client's
+    (the browser's router lets the test answer first, then lets the page's request through): the
+    server refuses the page's with 409 question_closed."""
+    with watch.page("review-closed") as page:
+        started = start_asking_run(page, page_server)
+        first: list[httpx.Response] = []
+
+        def another_surface_first(route: Route) -> None:
+            body = json.loads(route.request.post_data or "{}")
+            body = {**body, "text": "Quart", "answeredBy": ANOTHER_CLIENT}
+            body.pop("surface", None)  # the endpoint's own surface (http), not the page's
+            first.append(answer_elsewhere(page_server, started, body))
+            route.continue_()
+
+        page.route("**/answer", another_surface_first)
+        review_box(page).fill("Trio")
+        with page.expect_response(lambda r: is_answer(r.request)) as refused:
+            review_button(page).click()
+        review_card(page).locator(".sa-input .answer-error:not(:empty)").wait_for()
+        page.unroute("**/answer", another_surface_first)
+        closed = review_question(page)
+        shoot(watch, page, "review-closed")
+        wait_for_end(page)
+        return {
+            "first": first[0].status_code,
+            "status": refused.value.status,
+            "body": refused.value.json(),
+            "closed": closed,
+            "view": read_view(page),
+        }
+
+
 # --- reading a view ----------------------------------------------------------------------------
 
 
@@ -974,17 +1146,23 @@ def test_the_page_stays_on_its_server_and_logs_no_errors(
     ask_stop: dict[str, Any],
     side_by_side: dict[str, dict[str, Any]],
     host_token: dict[str, Any],
+    review_asks: dict[str, Any],
+    review_answered_elsewhere: dict[str, Any],
+    review_closed_on_page: dict[str, Any],
 ) -> None:
     # Every scenario above has played (this test asks for each); then what their pages did:
     assert watch.external_requests == []
-    # Chromium logs the stream the drop scenario cuts, the answer the server refuses (409) in
-    # the ask scenario and the runs it refuses without the host token (401); nothing else may
-    # log an error.
+    # Chromium logs the stream the drop scenario cuts, the answers the server refuses in the ask
+    # (404) and review-closed (409) scenarios and the runs it refuses without the host token (401);
+    # nothing else may log an error.
     errors = [
         (scenario, text)
         for scenario, text in watch.console_errors
         if not (scenario == "drop" and "net::ERR_" in text)
-        and not (scenario == "ask" and "the server responded with a status of 409" in text)
+        and not (scenario == "ask" and "the server responded with a status of 404" in text)
+        and not (
+            scenario == "review-closed" and "the server responded with a status of 409" in text
+        )
         and not (scenario == "host-token" and "the server responded with a status of 401" in text)
     ]
     assert errors == []
@@ -1359,12 +1537,12 @@ def test_an_empty_answer_is_refused_by_the_page(ask: dict[str, Any]) -> None:
 
 def test_an_answer_the_server_refuses_shows_its_message_in_the_card(ask: dict[str, Any]) -> None:
     refused = ask["refused"]
-    assert refused["status"] == 409 and refused["body"]["error"] == "not_waiting"
-    assert NOBODY in refused["body"]["message"]
+    # No such delegation in the run: 404 delegation_not_found.
+    code, message = refusal(refused["body"])
+    assert refused["status"] == 404 and code == "delegation_not_found", refused["body"]
+    assert NOBODY in message
     # The server's own message, in the card; the form stays, with the answer, to try again.
-    assert research_inputs(refused["view"]) == [
-        {**OPEN_QUESTION, "error": refused["body"]["message"]}
-    ]
+    assert research_inputs(refused["view"]) == [{**OPEN_QUESTION, "error": message}]
     assert refused["enabled"] and refused["value"] == ANSWER
 
 
@@ -1421,6 +1599,121 @@ def test_the_form_goes_when_the_run_ends_unanswered(ask_stop: dict[str, Any]) ->
     assert research_inputs(view) == [
         {"state": "closed", "question": QUESTION, "forms": 0, "answered": None, "error": None}
     ]
+
+
+# --- the demo's review agent asks: status bar, scrolled into view, answered anywhere ----------
+
+
+def refusal(body: dict[str, Any]) -> tuple[str, str]:
+    """(code, message) of the server's JSON error: {error: code, message} or {error: {code,
+    message}}."""
+    error = body["error"]
+    if isinstance(error, dict):
+        return error["code"], error["message"]
+    return error, body["message"]
+
+
+def review_states(view: dict[str, Any]) -> list[tuple[str, str]]:
+    """The status bar's (state, text) over the run, in order."""
+    return [(state, text) for _, state, text in view["timeline"]["statusTexts"]]
+
+
+def test_the_status_bar_names_the_subagent_that_waits_for_an_answer(
+    review_asks: dict[str, Any],
+) -> None:
+    asked = review_asks["asked"]
+    assert asked["status"] == "running"
+    assert asked["statusText"] == REVIEW_WAITS
+    assert cards_by_name(asked)["Review Agent"]["state"] == "input-required"
+    # Running, then waiting for the review, then running again once answered, then finished.
+    states = review_states(review_asks["view"])
+    waited = states.index(("running", REVIEW_WAITS))
+    assert ("running", RUNNING) in states[:waited]
+    assert ("running", RUNNING) in states[waited + 1 :]
+    assert states[-1][0] == "finished"
+
+
+def test_the_question_is_scrolled_into_view_and_its_field_focused(
+    review_asks: dict[str, Any],
+) -> None:
+    placement = review_asks["placement"]
+    # Below the first screen of the page: it is in view because the page scrolled to it.
+    assert placement["pageTop"] > placement["viewport"], placement
+    assert placement["scrollY"] > 0
+    assert placement["top"] >= 0 and placement["bottom"] <= placement["viewport"], placement
+    assert placement["focused"]
+    inputs = cards_by_name(review_asks["asked"])["Review Agent"]["inputs"]
+    assert inputs == [
+        {"state": "open", "question": REVIEW_QUESTION, "forms": 1, "answered": None, "error": None}
+    ]
+
+
+def test_answering_on_the_page_continues_the_review_with_the_answer(
+    review_asks: dict[str, Any],
+) -> None:
+    assert review_asks["acceptedStatus"] == 202
+    review_id = cards_by_name(review_asks["asked"])["Review Agent"]["id"]
+    question_id = review_asks["question"]["questionId"]
+    assert review_asks["sent"] == [
+        {"delegationId": review_id, "questionId": question_id, "text": "Trio", "surface": "page"}
+    ]
+    view = review_asks["view"]
+    assert view["status"] == "finished", view["statusText"]
+    review = cards_by_name(view)["Review Agent"]
+    assert review["state"] == "finished"
+    assert review["text"] == "Reviewed Trio: the design is sound; add a replay window."
+    assert review["outcome"] == "FinishedApprove Trio, with a replay window."
+    assert review["inputs"][0]["answered"] == "Answered: Trio"
+    assert review_asks["closed"]["forms"] == 0
+
+
+def test_the_question_carries_its_id_to_the_answer(review_asks: dict[str, Any]) -> None:
+    question_id = review_asks["question"]["questionId"]
+    review_id = cards_by_name(review_asks["asked"])["Review Agent"]["id"]
+    assert question_id and question_id.startswith(f"{review_id}-input-")
+    assert review_asks["sent"][0]["questionId"] == question_id
+
+
+def test_a_question_answered_elsewhere_closes_the_card_with_its_surface(
+    review_answered_elsewhere: dict[str, Any],
+) -> None:
+    seen = review_answered_elsewhere
+    assert seen["status"] == 202, seen["body"]
+    assert seen["asked"]["statusText"] == REVIEW_WAITS
+    closed = seen["closed"]
+    assert closed["forms"] == 0 and closed["state"] == "answered"
+    assert len(closed["answered"]) == 1
+    # The endpoint's surface (not this page's) and who answered there.
+    assert closed["answered"] == [f"Answered via http by {ANOTHER_CLIENT}"], closed
+    view = seen["view"]
+    assert view["status"] == "finished", view["statusText"]
+    review = cards_by_name(view)["Review Agent"]
+    assert review["text"] == "Reviewed Quart: the design is sound; add a replay window."
+    assert review["inputs"][0]["answered"] == closed["answered"][0]
+    # The status bar went back to running when the question closed.
+    states = review_states(view)
+    waited = states.index(("running", REVIEW_WAITS))
+    assert ("running", RUNNING) in states[waited + 1 :]
+
+
+def test_answering_a_closed_question_on_the_page_shows_the_409(
+    review_closed_on_page: dict[str, Any],
+) -> None:
+    seen = review_closed_on_page
+    assert seen["first"] == 202
+    assert seen["status"] == 409
+    code, message = refusal(seen["body"])
+    assert code == "question_closed", seen["body"]
+    closed = seen["closed"]
+    # The form is gone; the card says the question closed, who answered it, and the server's
+    # message.
+    assert closed["forms"] == 0
+    assert closed["error"] == message
+    assert closed["answered"] == [f"Answered via http by {ANOTHER_CLIENT}"], closed
+    view = seen["view"]
+    assert view["status"] == "finished", view["statusText"]
+    review = cards_by_name(view)["Review Agent"]
+    assert review["text"] == "Reviewed Quart: the design is sound; add a replay window."
 
 
 # --- a remote AG-UI delegation beside a remote A2A one, with nested subagents --------------------
