@@ -6,10 +6,17 @@ started and stopped, and which parent drives the runs. The server itself is `web
 are `subagent-engine a2a-serve` processes, the parents are `adapters.parents`'.
 
 - Default (`--parent scripted --remote builtin`, no model, no API key): two remote A2A agents,
-  `research` and `review` (`BUILTIN_REMOTES`), each an a2a-serve process with the scripted parent
+  `research` and `review` (`BUILTIN_REMOTES`), each an a2a-serve agent with the scripted parent
   playing its script at a human pace, and the page with the scripted parent, whose
-  default script delegates to both at once over the run's MCP endpoint. Each remote is
-  `subagent-engine a2a-serve --parent scripted --script research|review`.
+  default script delegates to both at once over the run's MCP endpoint, passing the user's
+  prompt. Each remote is `python -m demo.remote --script research|review`: `a2a-serve --parent
+  scripted --script KEY`, except that a task asking for a question ("ask me", "clarify",
+  "question") plays the script's asking variant (`review-ask`), so "ask me which framework to
+  review" typed on the page makes the review agent ask, on the page, within seconds.
+- Human in the loop: every remote's questions (A2A input-required) are surfaced to the page
+  (`REMOTE_POLICY`: `input_required = "surface"`), answered there or through
+  `POST /runs/<id>/answer`; one left unanswered for `demo.agents.REVIEW_INPUT_WAIT` seconds
+  expires and the delegation comes back to the parent as input_required.
 - `--remote codex|claude-code`: one remote, `a2a-serve --parent codex|claude-code` on the model
   endpoint; `--parent claude-code|codex`: that CLI drives each run (`HostConfig.parent_factory`).
   Both flags take a parent kind as `adapters.parents.parent_kind` reads it (`claude` is
@@ -68,8 +75,8 @@ from adapters.parents import (
     parent_kinds_text,
     probe_model_endpoint,
 )
-from demo.agents import demo_agents, scripted_parent
-from engine import Engine, JournalEntry, Run
+from demo.agents import REVIEW_INPUT_WAIT, demo_agents, scripted_parent
+from engine import DelegationPolicy, Engine, InputExpiry, InputRequiredMode, JournalEntry, Run
 from web.config import (
     AgentEntry,
     AuthEntry,
@@ -82,6 +89,7 @@ from web.config import (
 
 __all__ = [
     "BUILTIN_REMOTES",
+    "REMOTE_POLICY",
     "REMOTE_TOKEN_ENV",
     "BuiltinRemote",
     "DemoError",
@@ -157,14 +165,24 @@ STOP_GRACE: Final = 10.0
 BUILTIN: Final = "builtin"
 #: The variable that carries the remotes' bearer token into their environment (`--token-env`).
 REMOTE_TOKEN_ENV: Final = "SUBAGENT_ENGINE_REMOTE_TOKEN"
+#: Every remote's policy on the page: its questions wait for the viewer's answer, for
+#: `REVIEW_INPUT_WAIT` s (then back to the parent as input_required), within a task that may
+#: last that long and two more minutes.
+REMOTE_POLICY: Final = DelegationPolicy(
+    input_required=InputRequiredMode.SURFACE,
+    input_wait_timeout=REVIEW_INPUT_WAIT,
+    on_input_expiry=InputExpiry.RETURN,
+    default_timeout=REVIEW_INPUT_WAIT + 120.0,
+)
 
 Step = Say | Think | Delegate | Ask | Answer
 
 
 @attrs.frozen
 class BuiltinRemote:
-    """A built-in remote agent: an a2a-serve process whose scripted parent plays the a2a-serve
-    script named like its key (`demo.scripts.SCRIPTS`)."""
+    """A built-in remote agent: an a2a-serve agent (`demo.remote`) whose scripted parent plays
+    the script named like its key (`demo.scripts.SCRIPTS`), or its asking variant for a task
+    that asks for a question."""
 
     key: str
     display_name: str
@@ -178,7 +196,7 @@ class BuiltinRemote:
 
 
 #: The default remotes, under the keys the scripted parent's default script delegates to; each
-#: is `subagent-engine a2a-serve --parent scripted --script <key>` (scripts in `demo.scripts`).
+#: is `python -m demo.remote --script <key>` (scripts in `demo.scripts`).
 BUILTIN_REMOTES: Final[Mapping[str, BuiltinRemote]] = {
     "research": BuiltinRemote(
         key="research",
@@ -260,6 +278,7 @@ class DemoPlan:
                 display_name=remote.display_name,
                 description=remote.description,
                 auth=AuthEntry(token_env=REMOTE_TOKEN_ENV),
+                policy=REMOTE_POLICY,
             )
             for remote in self.remotes
         )
@@ -424,14 +443,14 @@ def plan_demo(
                 display_name=remote.display_name,
                 description=remote.description,
                 argv=(
-                    *(python, "-m", "cli", "a2a-serve", "--parent", SCRIPTED),
+                    *(python, "-m", "demo.remote"),
                     *("--script", remote.key, "--name", remote.display_name),
                     *("--description", remote.description),
                     *("--skill", f"{remote.key}={remote.description}"),
                     *("--host", "127.0.0.1", "--port", "0", "--watch-stdin"),
                     *("--token-env", REMOTE_TOKEN_ENV),
                 ),
-                what=f"a2a-serve --parent {SCRIPTED} --script {remote.key}",
+                what=f"a2a-serve --parent {SCRIPTED} --script {remote.key} (demo.remote)",
             )
             for remote in BUILTIN_REMOTES.values()
         )

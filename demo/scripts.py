@@ -1,9 +1,11 @@
 """The scripted agents' scripts: what `a2a-serve --script NAME` serves with no model.
 
 `research` and `review` are the two remote agents of `subagent-engine demo`, paced so a person
-can follow them on the page; `reply` answers at once, `slow` streams for about 15 s (for
-cancelling mid-stream) and `ask` asks the task's sender one question (`ask_requester`: the A2A
-task turns input-required) and answers with their reply. A script is a tuple of the scripted
+can follow them on the page; `review-ask` is what the demo's review remote plays instead of
+`review` for a task that asks for a question (`ASKING_VARIANT`, see `demo.remote`): it asks
+which framework to focus on and reviews that. `reply` answers at once, `slow` streams for about
+15 s (for cancelling mid-stream) and `ask` asks the task's sender one question (`ask_requester`:
+the A2A task turns input-required) and answers with their reply. A script is a tuple of the scripted
 parent's steps (`adapters.parents.Say`, `Think`, `Delegate`, `Ask`); `{prompt}` in a chunk
 becomes the task's text.
 """
@@ -14,11 +16,13 @@ from typing import Final
 
 from adapters.parents import Ask, Delegate, Say, Think
 
-__all__ = ["PACE", "SCRIPTS"]
+__all__ = ["ASKING_VARIANT", "PACE", "SCRIPTS"]
 
 #: Seconds between the chunks of the demo scripts (a pace a person can follow).
 PACE: Final = 0.4
-#: By name (`--script`): no model; only `ask` needs the run's MCP endpoint.
+#: `SCRIPTS[key + ASKING_VARIANT]`: what a demo remote plays for a task that asks for a question.
+ASKING_VARIANT: Final = "-ask"
+#: By name (`--script`): no model; only those with an `Ask` step need the run's MCP endpoint.
 SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate | Ask, ...]]] = {
     "reply": (
         Think(("Reading the task, ", "then answering.")),
@@ -79,6 +83,18 @@ SCRIPTS: Final[dict[str, tuple[Say | Think | Delegate | Ask, ...]]] = {
         Say(
             ("Verdict: ", "approve, ", "with a replay window ", "sized for slow viewers."),
             pause=PACE,
+        ),
+    ),
+    # `review` for a task that asks for a question: ask it, then review what the answer names.
+    "review-ask": (
+        Think(("Task: {prompt}. ", "It asks me to ask first.")),
+        Ask(
+            "Which framework or part of the design should I focus the review on?",
+            reply=(
+                "Reviewed {answer}: cancellation cascades, replay after a reconnect and "
+                "redaction all hold. Verdict: approve {answer}, with a replay window sized for "
+                "slow viewers."
+            ),
         ),
     ),
 }

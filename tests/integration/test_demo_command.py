@@ -294,3 +294,68 @@ def test_claude_parent_with_a_codex_remote_over_a2a(
     assert events[-1]["result"].startswith("Delegation result: ")
     apis = {request["api"] for request in model.requests()}
     assert {"anthropic", "openai"} <= apis, apis
+
+
+ASKING_PROMPT = "ask me which framework to review"
+
+
+def test_a_prompt_that_asks_for_a_question_gets_one_from_the_remote_review_agent() -> None:
+    """As a newcomer on the page: "ask me which framework to review" makes the remote review
+    agent (over A2A) ask within the first minute; the answer, posted as the page posts it,
+    continues the remote task, and its verdict names the answer."""
+    with running_demo() as demo:
+        started = httpx.post(
+            f"{demo.url}/runs",
+            json={"messages": [{"id": "1", "role": "user", "content": ASKING_PROMPT}]},
+            timeout=10,
+        )
+        assert started.status_code == 201, started.text
+        run = started.json()
+        bearer = {"authorization": f"Bearer {run['viewer_token']}"}
+        frames: list[dict[str, Any]] = []
+        asked: dict[str, Any] | None = None
+        answered: httpx.Response | None = None
+        begun = time.monotonic()
+        url = f"{demo.url}{run['events_url']}?token={run['viewer_token']}"
+        with httpx.stream("GET", url, timeout=120) as events:
+            buffer = b""
+            for chunk in events.iter_bytes():
+                buffer += chunk
+                *blocks, buffer = buffer.split(b"\n\n")
+                for _, event in parse_sse(b"".join(block + b"\n\n" for block in blocks)):
+                    frames.append(event)
+                    if event["type"] == "CUSTOM" and event["name"] == "subagent.input_required":
+                        asked, waited = event["value"], time.monotonic() - begun
+                        answered = httpx.post(
+                            f"{demo.url}/runs/{run['run_id']}/answer",
+                            json={
+                                "delegationId": asked["delegationId"],
+                                "questionId": asked["question"]["id"],
+                                "text": "Trio",
+                                "surface": "page",
+                            },
+                            headers=bearer,
+                            timeout=10,
+                        )
+        stop_with_sigint(demo)
+    assert asked is not None, [e["type"] for e in frames]
+    assert waited < 60
+    assert asked["agentKey"] == "review" and asked["protocol"] == "a2a"
+    assert asked["question"]["text"] == (
+        "Which framework or part of the design should I focus the review on?"
+    )
+    assert answered is not None and answered.status_code == 202, answered and answered.text
+    closed = [
+        e["value"]["question"]
+        for e in frames
+        if e["type"] == "CUSTOM" and e["name"] == "subagent.input_closed"
+    ]
+    assert [(q["id"], q["outcome"], q["surface"]) for q in closed] == [
+        (asked["question"]["id"], "answered", "page")
+    ]
+    seen = subagents([(None, e) for e in frames])
+    assert seen["review"]["finished"]["outcome"] == {"type": "success"}
+    assert seen["review"]["text"].startswith("Reviewed Trio: ")
+    assert "Verdict: approve Trio" in seen["review"]["text"]
+    assert seen["research"]["finished"]["outcome"] == {"type": "success"}
+    assert check_frames([(None, e) for e in frames]) == []

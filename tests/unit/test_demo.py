@@ -17,9 +17,10 @@ from pathlib import Path
 import attrs
 import pytest
 
-from adapters.parents import DEFAULT_SCRIPT, Delegate, Say, Think
+from adapters.parents import DEFAULT_SCRIPT, Ask, Delegate, Say, Think
 from demo import (
     BUILTIN_REMOTES,
+    REMOTE_POLICY,
     REMOTE_TOKEN_ENV,
     DemoError,
     DemoOptions,
@@ -29,6 +30,9 @@ from demo import (
     run_demo,
     run_plan,
 )
+from demo.agents import REVIEW_QUESTION
+from demo.remote import PromptedScript, served_agent
+from engine import InputRequiredMode
 from web.config import ConfigError, parse_config
 
 
@@ -118,8 +122,7 @@ def test_the_default_plan_is_two_builtin_a2a_remotes_and_the_scripted_parent(
 ) -> None:
     plan = plan_demo(DemoOptions(), workdir=str(tmp_path), which=on_path(), python="py")
     assert [r.key for r in plan.remotes] == ["research", "review"]
-    assert plan.remotes[0].argv[:6] == ("py", "-m", "cli", "a2a-serve", "--parent", "scripted")
-    assert plan.remotes[0].argv[6:8] == ("--script", "research")
+    assert plan.remotes[0].argv[:5] == ("py", "-m", "demo.remote", "--script", "research")
     assert plan.parent.kind == "scripted" and plan.script == DEFAULT_SCRIPT
     assert plan.files == {}
     # The default script delegates to exactly the built-in remotes' keys.
@@ -132,6 +135,10 @@ def test_the_default_plan_is_two_builtin_a2a_remotes_and_the_scripted_parent(
         ("research", "a2a", "Research Agent"),
         ("review", "a2a", "Review Agent"),
     ]
+    # Their questions (A2A input-required) wait for the page's viewer.
+    assert all(s.policy == REMOTE_POLICY for s in specs)
+    assert REMOTE_POLICY.input_required == InputRequiredMode.SURFACE
+    assert REMOTE_POLICY.default_timeout > REMOTE_POLICY.input_wait_timeout
     assert (config.server.host, config.server.port) == ("127.0.0.1", 8080)
     parent = plan.parent_factory(config)()
     assert parent.script == DEFAULT_SCRIPT
@@ -286,7 +293,7 @@ def test_one_model_endpoint_serves_both_clis(url: str, claude: str, codex: str) 
     assert model_endpoint_for("codex", url) == codex
 
 
-def test_each_builtin_remote_is_the_plain_a2a_serve_command_with_its_script(
+def test_each_builtin_remote_is_the_demo_remote_command_with_its_script(
     tmp_path: Path,
 ) -> None:
     from demo.scripts import SCRIPTS
@@ -294,9 +301,44 @@ def test_each_builtin_remote_is_the_plain_a2a_serve_command_with_its_script(
     plan = plan_demo(DemoOptions(), workdir=str(tmp_path))
     for remote in plan.remotes:
         argv = list(remote.argv)
-        assert argv[1:5] == ["-m", "cli", "a2a-serve", "--parent"]
+        assert argv[1:3] == ["-m", "demo.remote"]
         assert argv[argv.index("--script") + 1] == remote.key
         assert BUILTIN_REMOTES[remote.key].script == SCRIPTS[remote.key]
+        served = served_agent(argv[3 : argv.index("--token-env")])
+        assert (served.name, served.listening.host) == (remote.display_name, "127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("key", "prompt", "plays"),
+    [
+        ("review", "Review the plan for: ask me which framework to review", "review-ask"),
+        ("review", "Review the plan for: clarify the scope", "review-ask"),
+        ("review", "Review the plan for: How do remote subagents stream?", "review"),
+        ("research", "Research: ask me which framework to review", "research"),  # no variant
+    ],
+)
+def test_a_builtin_remote_plays_its_asking_variant_for_a_task_that_asks(
+    key: str, prompt: str, plays: str
+) -> None:
+    assert PromptedScript(key).script_for(prompt) == plays
+
+
+def test_the_review_remote_s_asking_variant_asks_then_uses_the_answer() -> None:
+    from demo.scripts import SCRIPTS
+
+    asking = SCRIPTS["review-ask"]
+    [ask] = [step for step in asking if isinstance(step, Ask)]
+    assert ask.question == REVIEW_QUESTION  # the in-process review agent asks the same
+    assert "{answer}" in ask.reply
+
+
+def test_a_demo_remote_beyond_loopback_needs_a_token(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        served_agent(["--script", "review", "--host", "0.0.0.0"])
+    assert exited.value.code == 2
+    assert "reaches beyond this machine: pass --token-env" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        served_agent(["--script", "nothing-like-it"])
 
 
 @pytest.mark.parametrize(
