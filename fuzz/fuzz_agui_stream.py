@@ -12,12 +12,18 @@ Any bytes are used twice:
   (content for ids never opened, duplicates, events after terminals, unknown kinds), each stream
   must pass the checker, end on the terminal's cursor, and give the same bytes on a second pass
   and after a replayed prefix; written in batches (`feed_batch`, cut where the bytes say) it
-  must still pass, end on the same cursor and carry the same text per message.
+  must still pass, end on the same cursor and carry the same text per message. Input requests
+  carry engine questions (and `subagent.input_closed` closes them): in every mode but `custom`,
+  a stream suspended at the questions open where the bytes say (`suspend`), resumed (`resume`)
+  and fed the rest must still pass as two runs, and a fresh encoder fed the same prefix must
+  suspend and resume with the same bytes (what a resumed `POST /agui` stream relies on).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
+
+import attrs
 
 from fuzz._harness import instrumented_imports
 
@@ -30,8 +36,16 @@ with instrumented_imports("adapters", "engine"):
         check_frames,
         frame_events,
         parse_sse,
+        sse_bytes,
     )
-    from engine import ArtifactRef, DelegationError, DelegationEvent, JournalEntry, Kind
+    from engine import (
+        ArtifactRef,
+        DelegationError,
+        DelegationEvent,
+        JournalEntry,
+        Kind,
+        Question,
+    )
 
 __all__ = ["DICTIONARY", "SEEDS", "fuzz_one_input", "program"]
 
@@ -81,6 +95,7 @@ _OPS: Final = (
     (Kind.FAILED, True),
     (Kind.CANCELLED, True),
     (Kind.RUN_CANCELLED, False),
+    (Kind.INPUT_CLOSED, True),
 )
 
 SEEDS: list[bytes] = [
@@ -97,6 +112,8 @@ SEEDS: list[bytes] = [
     bytes([6, 0, 7, 0, 8, 0, 15, 0, 16, 0, 17, 0, 27, 0, 18, 0, 32, 0, 9, 0, 35, 0]),
     bytes([15, 1, 15, 2, 17, 1, 17, 2, 29, 1, 34, 2, 13, 0, 0, 0, 1, 0]),
     bytes(range(0, 72)),
+    # A delegation asks (a question), is suspended where the last byte says, then answered.
+    bytes([6, 0, 7, 0, 8, 0, 15, 0, 16, 0, 17, 0, 29, 0, 36, 0, 17, 0, 32, 0, 9, 0, 15, 9]),
 ]
 
 DICTIONARY: list[bytes] = [
@@ -144,12 +161,13 @@ def program(data: bytes) -> list[JournalEntry]:
     """The journal entries two bytes per event spell, closed by a run terminal."""
     data = data[:_MAX_PROGRAM_BYTES]
     pairs = zip(data[::2], data[1::2], strict=False)  # an odd last byte is ignored
-    events = [_event(op, arg, i) for i, (op, arg) in enumerate(pairs)]
+    asked: dict[str, Question] = {}  # each delegation's last question
+    events = [_event(op, arg, i, asked) for i, (op, arg) in enumerate(pairs)]
     events.append(DelegationEvent(kind=Kind.RUN_FINISHED, run_id=RUN))
     return [JournalEntry(event, cursor) for cursor, event in enumerate(events, start=1)]
 
 
-def _event(op: int, arg: int, sequence: int) -> DelegationEvent:
+def _event(op: int, arg: int, sequence: int, asked: dict[str, Question]) -> DelegationEvent:
     kind, of_delegation = _OPS[op % len(_OPS)]
     text = _CHUNKS[(arg >> 5) % len(_CHUNKS)]
     fields: dict[str, Any] = {
@@ -171,6 +189,21 @@ def _event(op: int, arg: int, sequence: int) -> DelegationEvent:
         )
     if kind == Kind.ARTIFACT:
         fields["artifact"] = ArtifactRef(id="a", uri="host://a")
+    if kind == Kind.INPUT_REQUIRED and of_delegation:
+        did = fields["delegation_id"]
+        asked[did] = fields["question"] = Question(
+            id=f"{did}-input-{sequence}",
+            run_id=RUN,
+            delegation_id=did,
+            text=text,
+            response_schema={"type": "boolean"} if arg & 0x40 else None,
+            expires_at=None if arg & 0x20 else 1e9 + arg,
+            lineage=(did,),
+        )
+    if kind == Kind.INPUT_CLOSED and of_delegation:
+        did = fields["delegation_id"]
+        last = asked.get(did) or Question(id=f"{did}-input-x", run_id=RUN, delegation_id=did)
+        fields["question"] = attrs.evolve(last, outcome="answered", closed_at=2e9)
     if kind in (Kind.FAILED, Kind.CANCELLED):
         fields["error"] = DelegationError(code="remote_failed", message=text)
     if kind in (Kind.PARENT_TOOL_CALL_ARGS, Kind.PARENT_TOOL_CALL_RESULT):
@@ -200,6 +233,33 @@ def _encode_as_program(data: bytes) -> None:
         if [encoder.feed(entry) for entry in entries[cut:]] != chunks[cut:]:
             raise AssertionError(f"mode {mode}: continuing after a replayed prefix differs")
         _check_batched(entries, mode, frames, data)
+        if mode != "custom":
+            _check_suspended(entries, mode, data[-1] % (len(entries) + 1) if data else 0)
+
+
+def _check_suspended(entries: list[JournalEntry], mode: str, cut: int) -> None:
+    """Suspend at the questions open after `cut` entries, resume, feed the rest: two valid
+    runs; a fresh encoder fed the prefix suspends and resumes with the same bytes."""
+    live = AguiStreamEncoder("t", RUN, mode, strict=True)
+    head = [live.feed(entry) for entry in entries[:cut]]
+    questions = live.open_questions
+    if not questions:
+        return
+    suspension = sse_bytes(live.suspend(questions))
+    replayed = AguiStreamEncoder("t", RUN, mode, strict=True)
+    for entry in entries[:cut]:
+        replayed.frames(entry)
+    if sse_bytes(replayed.suspend(questions)) != suspension:
+        raise AssertionError(f"mode {mode}: a replayed encoder suspends differently")
+    opening = sse_bytes(live.resume("run-g"))
+    if sse_bytes(replayed.resume("run-g")) != opening:
+        raise AssertionError(f"mode {mode}: a replayed encoder resumes differently")
+    rest = [live.feed(entry) for entry in entries[cut:]]
+    frames = parse_sse(b"".join(head) + suspension + opening + b"".join(rest))
+    violations = check_frames(frames)
+    if violations:
+        listed = "\n  ".join(str(v) for v in violations[:5])
+        raise AssertionError(f"mode {mode}: suspended and resumed, not valid:\n  {listed}")
 
 
 def _check_batched(entries: list[JournalEntry], mode: str, frames: list[Any], data: bytes) -> None:

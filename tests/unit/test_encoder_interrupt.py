@@ -273,3 +273,7 @@ def test_an_interrupt_naming_a_subagent_that_did_not_suspend_is_a_violation() ->
     events[-1]["outcome"]["interrupts"][0]["subagentRunId"] = "del-1"
     events[-1]["outcome"]["interrupts"][0]["id"] = "other"
     assert {v.rule for v in check_events(events)} == {Rule.INTERRUPT_MISMATCH}
+    events[-1]["outcome"]["interrupts"] = [{"id": "i", "reason": "x"}, {"id": "i", "reason": "y"}]
+    assert {v.rule for v in check_events(events)} == {Rule.INTERRUPT_MISMATCH}
+    del events[-1]["outcome"]["interrupts"][1]
+    assert check_events(events) == []
