@@ -17,7 +17,9 @@ from typing import Any, Final
 
 import httpx2
 from mcp import ClientSession
+from mcp.client.session import ElicitationFnT, MessageHandlerFnT
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import Implementation
 
 from adapters._asyncgens import closing_abandoned_generators
 from engine import RunEndpoint
@@ -59,9 +61,15 @@ async def connect(
     url: str | None = None,
     read_timeout: float = DEFAULT_READ_TIMEOUT,
     terminate_on_close: bool = True,
+    elicitation_callback: ElicitationFnT | None = None,
+    client_info: Implementation | None = None,
+    message_handler: MessageHandlerFnT | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized `ClientSession` on the run's endpoint. `headers` and `url` replace the
-    endpoint's own (tests of refusals use them). Raises `EndpointRefused` when the endpoint
+    endpoint's own (tests of refusals use them). With an `elicitation_callback` the session
+    declares elicitation (form and URL modes) and answers the endpoint's questions with it;
+    `client_info` is how it introduces itself; `message_handler` sees the endpoint's
+    notifications. Raises `EndpointRefused` when the endpoint
     answers with an HTTP error."""
     refusals: list[EndpointRefused] = []
 
@@ -84,7 +92,13 @@ async def connect(
             streamable_http_client(
                 url or endpoint.url, http_client=http, terminate_on_close=terminate_on_close
             ) as streams,
-            ClientSession(streams[0], streams[1]) as session,
+            ClientSession(
+                streams[0],
+                streams[1],
+                elicitation_callback=elicitation_callback,
+                client_info=client_info,
+                message_handler=message_handler,
+            ) as session,
         ):
             await session.initialize()
             yield session

@@ -75,9 +75,12 @@ from hypercorn.utils import UnexpectedMessageError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import Server
+from mcp.server.request_state import RequestStateBoundary, RequestStateSecurity
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 
 from adapters.listener import (
     ListenerLimits,
@@ -86,6 +89,19 @@ from adapters.listener import (
     bearer_token,
     header_values,
     serve_listener,
+)
+from adapters.mcp._elicitation import (
+    ELICITATION_KEY,
+    MAX_ASKS,
+    URL,
+    ElicitationPlan,
+    RoundState,
+    can_elicit,
+    elicit_request,
+    plan_elicitation,
+    read_elicited,
+    read_state,
+    write_state,
 )
 from adapters.mcp._tools import (
     ASK_TOOL,
@@ -106,12 +122,19 @@ from adapters.mcp._tools import (
 from engine import (
     DEFAULT_MAX_RESULT_CHARS,
     AmbiguousCorrelation,
+    AnswerSurface,
     Correlation,
     DelegationError,
+    DelegationHandle,
+    DelegationPolicy,
     DelegationResult,
+    Elicitation,
+    ElicitationDeclined,
     ErrorCode,
+    InputRequiredMode,
     Kind,
     OutputPage,
+    Question,
     Redactor,
     RegistryError,
     Run,
@@ -276,6 +299,12 @@ class EndpointSettings:
     #: Codex): how long a call may wait for the parent's stream to show the tool call it pairs
     #: with, before it keeps the model's id.
     parent_call_wait: float = attrs.field(default=5.0, validator=_positive)
+    #: How long a 2026-07-28 client may take to answer an elicitation and retry its call with
+    #: the sealed `requestState` (a later retry is refused as expired).
+    request_state_ttl: float = attrs.field(default=3600.0, validator=_positive)
+    #: Elicitation rounds of 2026-07-28 clients kept waiting for their retry at once; past it
+    #: the oldest is forgotten (its retry is refused as stale; its question stays open).
+    max_waiting_rounds: int = attrs.field(default=10_000, validator=_positive)
 
     @correlation.validator
     def _check_correlation(self, attribute: attrs.Attribute[Any], value: str) -> None:
@@ -331,11 +360,40 @@ class DelegationEndpoint:
             on_list_resource_templates=self._list_resource_templates,
             on_read_resource=self._read_resource,
         )
+        # The 2026-07-28 round trip: `requestState` is sealed (AES-GCM under a key of this
+        # process), expires, and is bound to the tool call's name and arguments and to the run
+        # whose token made the call, so a forged, altered, expired or other run's state is
+        # refused before the handler runs (JSON-RPC invalid params, reason
+        # `invalid_request_state`).
+        self._server.middleware.append(
+            RequestStateBoundary(
+                RequestStateSecurity(
+                    keys=[secrets.token_bytes(32)],
+                    ttl=self.settings.request_state_ttl,
+                    bind_principal=_run_of_request,
+                ),
+                default_audience=self.settings.server_name,
+            )
+        )
         self._manager: StreamableHTTPSessionManager | None = None
+        #: Elicitation rounds of 2026-07-28 clients waiting for their retry, by ticket.
+        self._rounds: dict[str, _WaitingRound] = {}
         #: Calls in flight and what became of finished ones, for tests and metrics.
         self.calls_in_flight = 0
         self.calls_cancelled_by_disconnect = 0
         self.refused_requests = 0
+        #: Elicitations asked, answered through them, declined (or impossible: see the
+        #: policy's `on_elicitation_declined`), withdrawn because the question closed
+        #: elsewhere first, answers that did not match (asked again), and answers that came
+        #: too late (the question had closed).
+        self.elicitations_sent = 0
+        self.elicitations_answered = 0
+        self.elicitations_declined = 0
+        self.elicitations_withdrawn = 0
+        self.elicitation_answers_invalid = 0
+        self.elicitation_answers_late = 0
+        #: URL-mode elicitations the user accepted (went to the sign-in page).
+        self.elicitations_consented = 0
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -404,6 +462,8 @@ class DelegationEndpoint:
 
     async def close_endpoint(self, run_id: str) -> None:
         self._slots.pop(run_id, None)
+        for ticket in [t for t, r in self._rounds.items() if r.run_id == run_id]:
+            del self._rounds[ticket]
 
     @property
     def open_runs(self) -> int:
@@ -562,7 +622,7 @@ class DelegationEndpoint:
 
     async def _call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
-    ) -> types.CallToolResult:
+    ) -> types.CallToolResult | types.InputRequiredResult:
         slot = self._slot_of(ctx)
         if slot is None:
             return render_error(
@@ -574,6 +634,8 @@ class DelegationEndpoint:
                 tool=params.name,
             )
         run = slot.run
+        if params.request_state is not None:
+            return await self._resume_round(ctx, run, params)
         if params.name == ASK_TOOL and self.requester is not None:
             return await self._ask(ctx, run, self.requester, params.arguments)
         if params.name == READ_OUTPUT_TOOL:
@@ -618,8 +680,11 @@ class DelegationEndpoint:
                 request = attrs.evolve(request, parent_tool_call_id=claimed)
         metadata = {**request.metadata, "correlation": correlation, "tool": params.name}
         request = attrs.evolve(request, metadata=metadata)
+        policy = _asking_policy(run, request.agent)
         after = run.journal.head
         handle = run.start_delegation(request)
+        if policy is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return await self._follow_rounds(ctx, run, handle, after, policy, tool=params.name)
         calls: list[trio.CancelScope] = ctx.request.scope.get(_SCOPE_CALLS, [])
         self.calls_in_flight += 1
         try:
@@ -627,6 +692,10 @@ class DelegationEndpoint:
                 calls.append(call_scope)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._report_progress, ctx, run, handle.delegation_id, after)
+                    if policy is not None:
+                        nursery.start_soon(
+                            self._elicit_in_session, ctx, run, handle.delegation_id, after, policy
+                        )
                     result = await handle.wait()
                     nursery.cancel_scope.cancel()
             # The call is over (whatever happened): the wrapper must not count it as dropped.
@@ -644,6 +713,321 @@ class DelegationEndpoint:
             return render_result(result, budget=_result_budget(run, result))
         finally:
             self.calls_in_flight -= 1
+
+    # -- questions through MCP elicitation ----------------------------------------------------
+
+    async def _elicit_in_session(
+        self, ctx: Any, run: Run, delegation_id: str, after: int, policy: DelegationPolicy
+    ) -> None:
+        """Session-based protocol versions: put each question the delegation asks to the
+        parent's user with `elicitation/create` on the call's own stream, until the delegation
+        ends (this task is then cancelled). A question that closes elsewhere first (another
+        surface answered it, it expired) has its pending elicitation cancelled, which sends the
+        client `notifications/cancelled`; a URL-mode elicitation the user accepted is followed
+        by `notifications/elicitation/complete` once its question closes."""
+        asking: dict[str, _Asking] = {}
+        subscription = run.events(after)
+        try:
+            async with trio.open_nursery() as nursery:
+                while True:
+                    try:
+                        batch = await subscription.receive_batch()
+                    except trio.EndOfChannel:
+                        return
+                    for entry in batch:
+                        event = entry.event
+                        question = event.question
+                        if event.delegation_id != delegation_id or question is None:
+                            continue
+                        if event.kind == Kind.INPUT_REQUIRED and question.open:
+                            pending = asking[question.id] = _Asking()
+                            nursery.start_soon(
+                                self._ask_in_session, ctx, run, question, policy, pending
+                            )
+                        elif event.kind == Kind.INPUT_CLOSED:
+                            closing = asking.pop(question.id, None)
+                            if closing is None:
+                                continue
+                            closing.scope.cancel()
+                            if closing.url_accepted:
+                                await self._say_url_complete(ctx, question)
+        finally:
+            subscription.close()
+
+    async def _ask_in_session(
+        self, ctx: Any, run: Run, question: Question, policy: DelegationPolicy, asking: _Asking
+    ) -> None:
+        client = _client_name(ctx)
+        with asking.scope:
+            plan = plan_elicitation(question)
+            if plan is None or not can_elicit(ctx.session.client_capabilities, plan.mode):
+                self._declined(run, question, policy, client)
+                return
+            for _ in range(MAX_ASKS):
+                self.elicitations_sent += 1
+                try:
+                    if plan.mode == URL:
+                        assert plan.url is not None
+                        reply = await ctx.session.elicit_url(
+                            plan.message, plan.url, question.id, related_request_id=ctx.request_id
+                        )
+                    else:
+                        assert plan.schema is not None
+                        reply = await ctx.session.elicit_form(
+                            plan.message, plan.schema, related_request_id=ctx.request_id
+                        )
+                except (MCPError, ValidationError, *_TEARDOWN_ERRORS) as exc:
+                    log.debug("elicitation of %s failed: %r", question.id, exc)
+                    self._declined(run, question, policy, client)
+                    return
+                if reply.action != "accept":
+                    self._declined(run, question, policy, client)
+                    return
+                if plan.mode == URL:
+                    # The answer comes from the sign-in page's side (another surface, or the
+                    # remote itself); the question's close is told to the client then.
+                    asking.url_accepted = True
+                    self.elicitations_consented += 1
+                    return
+                retry = self._take_answer(run, plan, reply.content, client)
+                if retry is None:
+                    return
+                plan = plan_elicitation(question, retry_reason=retry) or plan
+            self._declined(run, question, policy, client)
+        if asking.scope.cancelled_caught:
+            self.elicitations_withdrawn += 1
+
+    async def _say_url_complete(self, ctx: Any, question: Question) -> None:
+        try:
+            await ctx.session.send_elicit_complete(question.id, related_request_id=ctx.request_id)
+        except (MCPError, *_TEARDOWN_ERRORS) as exc:
+            log.debug("elicitation/complete for %s not sent: %r", question.id, exc)
+
+    def _take_answer(
+        self, run: Run, plan: ElicitationPlan, content: Any, client: str | None
+    ) -> str | None:
+        """Answer the question with an accepted form. Returns why it did not fit (ask again),
+        or None: answered, or the question had closed meanwhile (nothing more to do)."""
+        question = plan.question
+        try:
+            answer = read_elicited(plan, content)
+            run.answer(
+                question.delegation_id,
+                text=answer.text,
+                data=answer.data,
+                question_id=question.id,
+                surface=AnswerSurface.MCP_ELICITATION,
+                answered_by=client,
+            )
+        except DelegationError as error:
+            if error.code == ErrorCode.ANSWER_INVALID:
+                self.elicitation_answers_invalid += 1
+                return error.message
+            # question_closed (answered elsewhere, expired, withdrawn) or the delegation ended:
+            # the user's answer came too late, and the call carries on.
+            self.elicitation_answers_late += 1
+            log.debug("an elicited answer to %s came too late: %s", question.id, error.code)
+            return None
+        self.elicitations_answered += 1
+        return None
+
+    def _declined(
+        self, run: Run, question: Question, policy: DelegationPolicy, client: str | None
+    ) -> None:
+        """The user declined or cancelled, the client cannot elicit, or the elicitation
+        failed: the agent's `on_elicitation_declined` decides (`wait`: the question stays open
+        for the other surfaces)."""
+        self.elicitations_declined += 1
+        then = policy.on_elicitation_declined
+        if then == ElicitationDeclined.WAIT:
+            return
+        try:
+            run.decline(
+                question.delegation_id,
+                question_id=question.id,
+                then=then,
+                surface=AnswerSurface.MCP_ELICITATION,
+                answered_by=client,
+            )
+        except DelegationError as error:  # it closed meanwhile: nothing to decline
+            log.debug("declining %s: %s", question.id, error.code)
+
+    async def _follow_rounds(
+        self,
+        ctx: Any,
+        run: Run,
+        handle: DelegationHandle,
+        after: int,
+        policy: DelegationPolicy,
+        *,
+        tool: str,
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """The stateless protocol version (2026-07-28): wait for the delegation's result, or
+        for a question to put to the user, which ends this call with an `InputRequiredResult`
+        (its elicitation and the sealed round state) while the delegation keeps waiting for
+        the answer; the client's retry resumes here (`_resume_round`). A call cancelled while
+        it waits (the client closed the response stream) cancels the delegation."""
+        calls: list[trio.CancelScope] = ctx.request.scope.get(_SCOPE_CALLS, [])
+        self.calls_in_flight += 1
+        stop: _Stop | None = None
+        try:
+            with trio.CancelScope() as call_scope:
+                calls.append(call_scope)
+                try:
+                    async with trio.open_nursery() as nursery:
+                        nursery.start_soon(
+                            self._report_progress, ctx, run, handle.delegation_id, after
+                        )
+                        stop = await self._next_stop(ctx, run, handle.delegation_id, after, policy)
+                        nursery.cancel_scope.cancel()
+                except trio.Cancelled:
+                    handle.cancel("The caller waiting for this delegation was cancelled.")
+                    raise
+            calls.remove(call_scope)
+            if call_scope.cancelled_caught:
+                return render_error(
+                    DelegationError(
+                        code=ErrorCode.CANCELLED, message="The caller's connection was dropped."
+                    ),
+                    tool=tool,
+                )
+            if stop is not None:
+                return self._wait_for_retry(run, handle, stop, policy, tool=tool, asks=1)
+            result = await handle.wait()
+            await run.flush()
+            return render_result(result, budget=_result_budget(run, result))
+        finally:
+            self.calls_in_flight -= 1
+
+    async def _next_stop(
+        self, ctx: Any, run: Run, delegation_id: str, after: int, policy: DelegationPolicy
+    ) -> _Stop | None:
+        """The next question of the delegation to put to the user (None: it ended). Questions
+        the client cannot be asked go to the agent's `on_elicitation_declined` at once."""
+        client = _client_name(ctx)
+        subscription = run.events(after)
+        try:
+            while True:
+                try:
+                    batch = await subscription.receive_batch()
+                except trio.EndOfChannel:
+                    return None
+                for entry in batch:
+                    event = entry.event
+                    if event.delegation_id != delegation_id:
+                        continue
+                    if event.kind in Kind.DELEGATION_TERMINALS:
+                        return None
+                    question = event.question
+                    if (
+                        event.kind != Kind.INPUT_REQUIRED
+                        or question is None
+                        or not _still_open(run, question)
+                    ):
+                        continue
+                    plan = plan_elicitation(question)
+                    if plan is None or not can_elicit(ctx.session.client_capabilities, plan.mode):
+                        self._declined(run, question, policy, client)
+                        continue
+                    return _Stop(plan=plan, cursor=entry.cursor)
+        finally:
+            subscription.close()
+
+    def _wait_for_retry(
+        self,
+        run: Run,
+        handle: DelegationHandle,
+        stop: _Stop,
+        policy: DelegationPolicy,
+        *,
+        tool: str,
+        asks: int,
+    ) -> types.InputRequiredResult:
+        """End this call with the question's elicitation; the round waits for the retry."""
+        for ticket in [t for t, r in self._rounds.items() if r.handle.finished]:
+            del self._rounds[ticket]
+        while len(self._rounds) >= self.settings.max_waiting_rounds:
+            del self._rounds[next(iter(self._rounds))]
+        ticket = secrets.token_urlsafe(16)
+        self._rounds[ticket] = _WaitingRound(
+            run_id=run.run_id, handle=handle, stop=stop, policy=policy, tool=tool, asks=asks
+        )
+        self.elicitations_sent += 1
+        question = stop.plan.question
+        state = RoundState(
+            run_id=run.run_id,
+            delegation_id=question.delegation_id,
+            question_id=question.id,
+            ticket=ticket,
+        )
+        return types.InputRequiredResult(
+            input_requests={ELICITATION_KEY: elicit_request(stop.plan)},
+            request_state=write_state(state),
+        )
+
+    async def _resume_round(
+        self, ctx: Any, run: Run, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        """A 2026-07-28 client's retry with its answer (`inputResponses`) and the round's state
+        (already unsealed and checked by the `RequestStateBoundary`). A state this endpoint is
+        not waiting on (used once already, forgotten, another run's) is refused as stale:
+        JSON-RPC invalid params with `data.reason` `stale_request_state`."""
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            raise MCPError(
+                INVALID_PARAMS,
+                "requestState belongs to the 2026-07-28 multi-round-trip calls only.",
+                {"code": ErrorCode.INVALID_INPUT, "reason": "invalid_request_state"},
+            )
+        try:
+            state = read_state(params.request_state)
+        except DelegationError as error:
+            raise MCPError(
+                INVALID_PARAMS,
+                error.message,
+                {"code": error.code, "reason": "invalid_request_state"},
+            ) from None
+        waiting = self._rounds.get(state.ticket)
+        question = waiting.stop.plan.question if waiting is not None else None
+        if (
+            waiting is None
+            or question is None
+            or waiting.run_id != run.run_id
+            or state.run_id != run.run_id
+            or question.id != state.question_id
+            or question.delegation_id != state.delegation_id
+            or waiting.tool != params.name
+        ):
+            raise MCPError(
+                INVALID_PARAMS,
+                "This requestState names no question waiting here (it was answered with "
+                "already, or is from before the endpoint restarted): call the tool anew.",
+                {"code": ErrorCode.INVALID_INPUT, "reason": "stale_request_state"},
+            )
+        del self._rounds[state.ticket]
+        client = _client_name(ctx)
+        plan, policy = waiting.stop.plan, waiting.policy
+        reply = (params.input_responses or {}).get(ELICITATION_KEY)
+        if not isinstance(reply, types.ElicitResult) or reply.action != "accept":
+            self._declined(run, question, policy, client)
+        elif plan.mode == URL:
+            self.elicitations_consented += 1
+        else:
+            retry = self._take_answer(run, plan, reply.content, client)
+            if retry is not None:
+                again = plan_elicitation(question, retry_reason=retry)
+                if waiting.asks < MAX_ASKS and again is not None and _still_open(run, question):
+                    return self._wait_for_retry(
+                        run,
+                        waiting.handle,
+                        _Stop(plan=again, cursor=waiting.stop.cursor),
+                        policy,
+                        tool=waiting.tool,
+                        asks=waiting.asks + 1,
+                    )
+                self._declined(run, question, policy, client)
+        return await self._follow_rounds(
+            ctx, run, waiting.handle, waiting.stop.cursor, policy, tool=waiting.tool
+        )
 
     async def _list_resource_templates(
         self, ctx: Any, params: Any
@@ -768,6 +1152,65 @@ class DelegationEndpoint:
             log.debug("progress for %s stopped: the client is gone (%r)", delegation_id, exc)
         finally:
             subscription.close()
+
+
+@attrs.define
+class _Asking:
+    """One elicitation of a session-based call: cancelled when its question closes elsewhere."""
+
+    scope: trio.CancelScope = attrs.field(factory=trio.CancelScope)
+    url_accepted: bool = False
+
+
+@attrs.frozen
+class _Stop:
+    """A question to put to a 2026-07-28 client, and the journal cursor of its asking."""
+
+    plan: ElicitationPlan
+    cursor: int
+
+
+@attrs.frozen(kw_only=True)
+class _WaitingRound:
+    """A 2026-07-28 call ended with an elicitation; its delegation waits for the retry."""
+
+    run_id: str
+    handle: DelegationHandle
+    stop: _Stop
+    policy: DelegationPolicy
+    tool: str
+    asks: int
+
+
+def _asking_policy(run: Run, agent: str) -> DelegationPolicy | None:
+    """The agent's policy when its questions go to the parent's user through elicitation
+    (`elicitation = "ask"` on an agent whose delegations wait for answers), else None."""
+    try:
+        policy = run.registry.lookup(agent).policy
+    except (DelegationError, RegistryError, KeyError):
+        return None
+    if policy.elicitation != Elicitation.ASK or policy.input_required != InputRequiredMode.SURFACE:
+        return None
+    return policy
+
+
+def _still_open(run: Run, question: Question) -> bool:
+    return any(q.id == question.id for q in run.questions())
+
+
+def _client_name(ctx: Any) -> str | None:
+    """The MCP client's name as it introduced itself (`clientInfo`), if it did."""
+    params = getattr(ctx.session, "client_params", None)
+    info = getattr(params, "client_info", None)
+    name = getattr(info, "name", None)
+    return name[:200] if isinstance(name, str) and name.strip() else None
+
+
+def _run_of_request(ctx: Any) -> str | None:
+    """The run whose token made the request: what a round's sealed state is bound to."""
+    scope = getattr(getattr(ctx, "request", None), "scope", None)
+    run_id = scope.get(_SCOPE_RUN) if isinstance(scope, dict) else None
+    return run_id if isinstance(run_id, str) else None
 
 
 def _result_budget(run: Run, result: DelegationResult) -> int:
