@@ -58,8 +58,9 @@ def asks_for_a_question(*texts: str | None) -> bool:
     return any(text and _ASK_FIRST.search(text) for text in texts)
 
 
-def demo_agents(pause: float = 0.05) -> list[AgentSpec]:
-    """The two embedded demo subagents, both read-only (they change nothing)."""
+def demo_agents(pause: float = 0.05, input_wait: float = REVIEW_INPUT_WAIT) -> list[AgentSpec]:
+    """The two embedded demo subagents, both read-only (they change nothing). `pause`: seconds
+    between their chunks; `input_wait`: how long the review agent's question waits."""
 
     async def research(task: LocalTask) -> str:
         await task.status("working", "Looking for sources")
@@ -121,8 +122,8 @@ def demo_agents(pause: float = 0.05) -> list[AgentSpec]:
             # unanswered, it expires and the review comes back to the parent as input_required.
             policy=DelegationPolicy(
                 input_required=InputRequiredMode.SURFACE,
-                input_wait_timeout=REVIEW_INPUT_WAIT,
-                default_timeout=REVIEW_INPUT_WAIT + 120.0,
+                input_wait_timeout=input_wait,
+                default_timeout=input_wait + 120.0,
                 on_input_expiry=InputExpiry.RETURN,
             ),
         ),

@@ -2,6 +2,7 @@
 
     python -m tests.browser.serve_demo [--pause SECONDS] [--replay-window EVENTS] [--asking]
                                        [--side-by-side A2A_CARD_URL] [--host-token-env NAME]
+                                       [--input-wait SECONDS]
 
 The same composition as `cli.serve` (the two in-process demo agents, the scripted parent over the
 real MCP endpoint, the default wire encoder, the packaged page loaded the way `serve` loads it),
@@ -17,6 +18,9 @@ AG-UI agent is this project's own bundled server (an engine as the remote of ano
 in this process on another ephemeral port with the scripted parent and the demo agents (paced by
 `--pause`): its run's own delegations, research and review, are subagents of `team`, two levels
 below the page's parent.
+
+`--input-wait SECONDS` is how long the demo review agent's question waits for an answer (see
+`demo.agents`: a prompt that says "ask me" makes it ask) before it expires.
 
 `--host-token-env NAME` makes starting a run need the host token held in NAME, as `serve` does with
 `[server] token_env`. `--port P` listens on P (default: any free port); `--state-dir DIR` keeps
@@ -42,6 +46,7 @@ import trio
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import Answer, Delegate, Say, ScriptedParent
 from demo import demo_agents
+from demo.agents import REVIEW_INPUT_WAIT
 from engine import AgentSpec, DelegationPolicy, InputRequiredMode
 from web.config import HostConfig, parse_config
 from web.page import bundled_page
@@ -65,11 +70,11 @@ SIDE_BY_SIDE_SCRIPT = (
 )
 
 
-def asking_agents(pause: float) -> list[AgentSpec]:
+def asking_agents(pause: float, input_wait: float = REVIEW_INPUT_WAIT) -> list[AgentSpec]:
     """The demo agents, the research one replaced by an agent of the same key and name that says
     something, asks `QUESTION` (surfaced to the viewer: `InputRequiredMode.SURFACE`), waits for the
     answer, then streams `Checked the sources for <answer>.` word by word, `pause` s apart."""
-    research, review = demo_agents(pause=pause)
+    research, review = demo_agents(pause=pause, input_wait=input_wait)
 
     async def asking(task: LocalTask) -> str:
         await task.status("working", "Looking for sources")
@@ -125,12 +130,20 @@ description = "A scripted A2A agent."
 
 @asynccontextmanager
 async def composition(
-    pause: float, replay_window: int | None, asking: bool, side_by_side: str | None
+    pause: float,
+    replay_window: int | None,
+    asking: bool,
+    side_by_side: str | None,
+    input_wait: float = REVIEW_INPUT_WAIT,
 ) -> AsyncIterator[tuple[HostConfig, list[AgentSpec], Callable[[], ParentAgent]]]:
     """The page server's host configuration, agents and parent, for the options given."""
     limits = f"[limits]\nreplay_window_events = {replay_window}\n" if replay_window else ""
     if side_by_side is None:
-        agents = asking_agents(pause) if asking else demo_agents(pause=pause)
+        agents = (
+            asking_agents(pause, input_wait)
+            if asking
+            else demo_agents(pause=pause, input_wait=input_wait)
+        )
         yield parse_config(limits, "<browser tests>"), agents, ScriptedParent
         return
     async with inner_server(pause) as inner:
@@ -152,12 +165,17 @@ async def serve(
     side_by_side: str | None,
     host_token: str | None = None,
     port: int = 0,
+    input_wait: float = REVIEW_INPUT_WAIT,
 ) -> None:
     page = bundled_page()
     if page is None:
         raise SystemExit("web/static/index.html is not packaged with the web package")
     async with (
-        composition(pause, replay_window, asking, side_by_side) as (config, agents, parent),
+        composition(pause, replay_window, asking, side_by_side, input_wait) as (
+            config,
+            agents,
+            parent,
+        ),
         open_host(config, agents, parent) as (host, _),
     ):
         app = create_app(host, config, default_encoder_factory(), page=page, host_token=host_token)
@@ -177,6 +195,7 @@ def main() -> None:
     parser.add_argument("--host-token-env", metavar="NAME", default=None)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--state-dir", metavar="DIR", default=None)
+    parser.add_argument("--input-wait", type=float, default=REVIEW_INPUT_WAIT)
     args = parser.parse_args()
     token = os.environ[args.host_token_env] if args.host_token_env else None
     # Runs are kept as `serve` keeps them by default (SQLite in the state directory): in
@@ -185,7 +204,14 @@ def main() -> None:
     state = tempfile.TemporaryDirectory(prefix="serve-demo-state-")
     os.environ["XDG_STATE_HOME"] = args.state_dir or state.name
     trio.run(
-        serve, args.pause, args.replay_window, args.asking, args.side_by_side, token, args.port
+        serve,
+        args.pause,
+        args.replay_window,
+        args.asking,
+        args.side_by_side,
+        token,
+        args.port,
+        args.input_wait,
     )
 
 

@@ -115,7 +115,10 @@ A2A_SCRIPT = "research"  # the a2a-serve script of the side-by-side server's A2A
 ASKING_PROMPT = "ask me which framework to review"  # the review agent asks (demo.agents)
 REVIEW_WAITS = "Review Agent waits for your answer"  # the status bar while it waits
 RUNNING = "Running\u2026"
-ANOTHER_CLIENT = "a colleague's client"  # who answers through the answer endpoint
+# Who answers through the answer endpoint; markup in it is text on the page.
+ANOTHER_CLIENT = "<i>a colleague</i>'s client"
+QUESTION_EXPIRES = "3"  # seconds the expiring server's review question waits
+INVALID = "The answer must name one framework."  # a 422 answer_invalid's message
 PHONE = {"width": 390, "height": 700}
 DESKTOP = {"width": 1100, "height": 900}
 # Where the question's block is and whether its field has the focus.
@@ -177,6 +180,15 @@ def gap_server() -> Iterator[str]:
     argv = [sys.executable, "-m", "tests.browser.serve_demo", "--pause", "0"]
     argv += ["--replay-window", GAP_WINDOW]
     with ready_server(argv, cwd=REPO, name="gap page server") as (port, _, _):
+        yield f"http://127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def expiring_server() -> Iterator[str]:
+    """The demo agents, the review agent's question expiring after `QUESTION_EXPIRES` s."""
+    argv = [sys.executable, "-m", "tests.browser.serve_demo", "--pause", DEMO_PAUSE]
+    argv += ["--input-wait", QUESTION_EXPIRES]
+    with ready_server(argv, cwd=REPO, name="expiring page server") as (port, _, _):
         yield f"http://127.0.0.1:{port}"
 
 
@@ -284,6 +296,7 @@ def watch(
     ask_server: str,
     side_server: str,
     token_server: str,
+    expiring_server: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[PageWatch]:
     context = browser.new_context(viewport={"width": 1100, "height": 900})
@@ -292,7 +305,7 @@ def watch(
     shots = tmp_path_factory.mktemp("page-screenshots")
     try:
         origins = {_origin(page_server), _origin(gap_server), _origin(ask_server)}
-        origins |= {_origin(side_server), _origin(token_server)}
+        origins |= {_origin(side_server), _origin(token_server), _origin(expiring_server)}
         yield PageWatch(context, origins, shots)
     finally:
         context.close()
@@ -972,6 +985,7 @@ def review_question(page: Page) -> dict[str, Any]:
         "error": block.locator(".answer-error").text_content(),
         "forms": block.locator("form").count(),
         "state": block.get_attribute("data-state"),
+        "markup": block.locator("i").count(),  # elements from text that looks like HTML
     }
 
 
@@ -1036,6 +1050,56 @@ def review_answered_elsewhere(watch: PageWatch, page_server: str) -> dict[str, A
             "closed": closed,
             "view": read_view(page),
         }
+
+
+@pytest.fixture(scope="module")
+def review_expires(watch: PageWatch, expiring_server: str) -> dict[str, Any]:
+    """(The demo agents, the question expiring) The review asks; nobody answers."""
+    with watch.page("review-expires") as page:
+        start_asking_run(page, expiring_server)
+        asked = read_view(page)
+        review_card(page).locator(".sa-input > .input-closed").wait_for()
+        closed = review_question(page)
+        shoot(watch, page, "review-expires")
+        wait_for_end(page)
+        return {"asked": asked, "closed": closed, "view": read_view(page)}
+
+
+@pytest.fixture(scope="module")
+def review_invalid(watch: PageWatch, page_server: str) -> dict[str, Any]:
+    """(The demo agents) The review asks; the first answer is refused 422 answer_invalid (the
+    browser's router answers for the server: the demo question takes any text), the second
+    is taken."""
+    with watch.page("review-invalid") as page:
+        start_asking_run(page, page_server)
+        refusal = {
+            "error": "answer_invalid",
+            "message": INVALID,
+            "details": {"reason": "schema", "path": "$"},
+        }
+
+        def refuse(route: Route) -> None:
+            route.fulfill(status=422, json=refusal)
+
+        page.route("**/answer", refuse)
+        box = review_box(page)
+        box.fill("all of them")
+        review_button(page).click()
+        review_card(page).locator(".answer-error", has_text=INVALID).wait_for()
+        page.unroute("**/answer", refuse)
+        refused = {
+            **review_question(page),
+            "invalid": box.get_attribute("aria-invalid"),
+            "focused": box.evaluate("(box) => document.activeElement === box"),
+            "value": box.input_value(),
+            "statusText": read_view(page)["statusText"],
+        }
+        shoot(watch, page, "review-invalid")
+        box.fill("Trio")
+        review_button(page).click()
+        review_card(page).get_by_text("Answered: Trio").wait_for()
+        wait_for_end(page)
+        return {"refused": refused, "view": read_view(page)}
 
 
 @pytest.fixture(scope="module")
@@ -1149,12 +1213,14 @@ def test_the_page_stays_on_its_server_and_logs_no_errors(
     review_asks: dict[str, Any],
     review_answered_elsewhere: dict[str, Any],
     review_closed_on_page: dict[str, Any],
+    review_expires: dict[str, Any],
+    review_invalid: dict[str, Any],
 ) -> None:
     # Every scenario above has played (this test asks for each); then what their pages did:
     assert watch.external_requests == []
     # Chromium logs the stream the drop scenario cuts, the answers the server refuses in the ask
-    # (404) and review-closed (409) scenarios and the runs it refuses without the host token (401);
-    # nothing else may log an error.
+    # (404), review-closed (409) and review-invalid (422) scenarios and the runs it refuses
+    # without the host token (401); nothing else may log an error.
     errors = [
         (scenario, text)
         for scenario, text in watch.console_errors
@@ -1162,6 +1228,9 @@ def test_the_page_stays_on_its_server_and_logs_no_errors(
         and not (scenario == "ask" and "the server responded with a status of 404" in text)
         and not (
             scenario == "review-closed" and "the server responded with a status of 409" in text
+        )
+        and not (
+            scenario == "review-invalid" and "the server responded with a status of 422" in text
         )
         and not (scenario == "host-token" and "the server responded with a status of 401" in text)
     ]
@@ -1683,8 +1752,9 @@ def test_a_question_answered_elsewhere_closes_the_card_with_its_surface(
     closed = seen["closed"]
     assert closed["forms"] == 0 and closed["state"] == "answered"
     assert len(closed["answered"]) == 1
-    # The endpoint's surface (not this page's) and who answered there.
+    # The endpoint's surface (not this page's) and who answered there, as text.
     assert closed["answered"] == [f"Answered via http by {ANOTHER_CLIENT}"], closed
+    assert closed["markup"] == 0
     view = seen["view"]
     assert view["status"] == "finished", view["statusText"]
     review = cards_by_name(view)["Review Agent"]
@@ -1714,6 +1784,38 @@ def test_answering_a_closed_question_on_the_page_shows_the_409(
     assert view["status"] == "finished", view["statusText"]
     review = cards_by_name(view)["Review Agent"]
     assert review["text"] == "Reviewed Quart: the design is sound; add a replay window."
+
+
+def test_an_expired_question_closes_the_card_and_the_status_goes_back_to_running(
+    review_expires: dict[str, Any],
+) -> None:
+    assert review_expires["asked"]["statusText"] == REVIEW_WAITS
+    closed = review_expires["closed"]
+    assert (closed["forms"], closed["state"], closed["closed"]) == (0, "closed", ["Expired"])
+    view = review_expires["view"]
+    assert view["status"] == "finished", view["statusText"]
+    states = review_states(view)
+    waited = states.index(("running", REVIEW_WAITS))
+    assert ("running", RUNNING) in states[waited + 1 :]
+    # Unanswered, the review came back to the parent waiting for input.
+    review = cards_by_name(view)["Review Agent"]
+    assert review["state"] == "waiting"
+    assert review["inputs"][0]["state"] == "closed"
+    answers = [m["text"] for m in view["parentMessages"] if m["who"] == "Assistant"]
+    assert "- review: input_required" in answers[-1]
+
+
+def test_an_invalid_answer_s_message_stays_with_the_field(review_invalid: dict[str, Any]) -> None:
+    refused = review_invalid["refused"]
+    assert refused["error"] == INVALID
+    assert (refused["forms"], refused["state"]) == (1, "open")
+    assert refused["invalid"] == "true" and refused["focused"]
+    assert refused["value"] == "all of them"  # kept, to fix and send again
+    assert refused["statusText"] == REVIEW_WAITS  # still waiting for a valid answer
+    view = review_invalid["view"]
+    assert view["status"] == "finished", view["statusText"]
+    review = cards_by_name(view)["Review Agent"]
+    assert review["text"] == "Reviewed Trio: the design is sound; add a replay window."
 
 
 # --- a remote AG-UI delegation beside a remote A2A one, with nested subagents --------------------
