@@ -3,7 +3,8 @@ task) over MCP, with lean results whose overflow is read back by reference
 (`read_delegation_output`, the output resource): a run-scoped Streamable-HTTP endpoint
 (`DelegationEndpoint`) on the official `mcp` server, the sans-IO tool contract it speaks
 (`adapters.mcp._tools`), and the parent side (`connect`: an official mcp client session with
-readable refusals)."""
+readable refusals). A delegation's question can be put to the parent's user through MCP
+elicitation (`adapters.mcp._elicitation`, both protocol generations)."""
 
 from adapters.mcp._client import EndpointRefused, connect
 from adapters.mcp._endpoint import DelegationEndpoint, EndpointSettings, Requester, RequesterError

@@ -50,6 +50,21 @@ model reads: no answer in time, nobody to ask), sending the same progress heartb
 delegation so the parent CLI does not give up on a long wait. Without a requester the tool is
 neither listed nor callable.
 
+Questions through MCP elicitation. When a delegation's agent has `elicitation = "ask"` (and
+waits for answers: `input_required = "surface"`), each question the delegation asks is put to
+the parent's user through the MCP client (`adapters.mcp._elicitation` says how: a form, or URL
+mode for a sign-in so that credentials never pass through the client's model). Session-based
+protocol versions get `elicitation/create` on the call's own stream while the call blocks; a
+question closed elsewhere first (the page, AG-UI, HTTP, expiry) cancels it. The stateless
+2026-07-28 version cannot send a request to the client: the call ends with an
+`InputRequiredResult` carrying the elicitation and a `requestState` (sealed, expiring, bound to
+the call and to the run's token) while the delegation keeps waiting; the client's retry with
+its answer resumes the same delegation. The answer goes to `Run.answer` (surface
+`mcp_elicitation`, answered by the client's name); a decline, a client without elicitation or
+a failed elicitation goes to the agent's `on_elicitation_declined` (fail the delegation, end it
+`input_required` for the parent model, or wait for another surface); an answer that does not
+match the question's schema is asked again, at most `MAX_ASKS` times in all.
+
 The token never appears in a prompt, an event, a result or a log line (Hypercorn's access log is
 off; refusals say why without echoing what was sent).
 """
@@ -739,7 +754,7 @@ class DelegationEndpoint:
                         question = event.question
                         if event.delegation_id != delegation_id or question is None:
                             continue
-                        if event.kind == Kind.INPUT_REQUIRED and question.open:
+                        if event.kind == Kind.INPUT_REQUIRED and _still_open(run, question):
                             pending = asking[question.id] = _Asking()
                             nursery.start_soon(
                                 self._ask_in_session, ctx, run, question, policy, pending
