@@ -66,6 +66,7 @@ from demo.agents import REVIEW_QUESTION
 from tests.browser.serve_demo import BEFORE_ASKING, QUESTION, SOLO_NAME, TEAM_NAME
 from tests.helpers.cutting_proxy import CuttingProxy
 from tests.helpers.processes import ready_server
+from tests.integration.test_demo_command import running_demo
 from web.page import bundled_page
 
 HERE = Path(__file__).resolve().parent
@@ -184,6 +185,14 @@ def gap_server() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def demo_server() -> Iterator[str]:
+    """`subagent-engine demo` as `./dev run` starts it (the scripted parent, two remote A2A
+    agents in processes of their own, no API key): the page's base URL."""
+    with running_demo() as demo:
+        yield demo.url
+
+
+@pytest.fixture(scope="module")
 def expiring_server() -> Iterator[str]:
     """The demo agents, the review agent's question expiring after `QUESTION_EXPIRES` s."""
     argv = [sys.executable, "-m", "tests.browser.serve_demo", "--pause", DEMO_PAUSE]
@@ -297,6 +306,7 @@ def watch(
     side_server: str,
     token_server: str,
     expiring_server: str,
+    demo_server: str,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[PageWatch]:
     context = browser.new_context(viewport={"width": 1100, "height": 900})
@@ -306,6 +316,7 @@ def watch(
     try:
         origins = {_origin(page_server), _origin(gap_server), _origin(ask_server)}
         origins |= {_origin(side_server), _origin(token_server), _origin(expiring_server)}
+        origins.add(_origin(demo_server))
         yield PageWatch(context, origins, shots)
     finally:
         context.close()
@@ -1053,6 +1064,23 @@ def review_answered_elsewhere(watch: PageWatch, page_server: str) -> dict[str, A
 
 
 @pytest.fixture(scope="module")
+def dev_run_asks(watch: PageWatch, demo_server: str) -> dict[str, Any]:
+    """(`./dev run`) The asking prompt on the demo's own page: the remote review agent (A2A, in
+    its own process) asks; answered on the page; run to the end."""
+    with watch.page("dev-run-asks") as page:
+        start_asking_run(page, demo_server)
+        page.wait_for_function("() => document.activeElement?.name === 'answer'")
+        asked = read_view(page)
+        shoot(watch, page, "dev-run-asks")
+        review_box(page).fill("Trio")
+        with page.expect_response(lambda r: is_answer(r.request)) as accepted:
+            review_button(page).click()
+        review_card(page).get_by_text("Answered: Trio").wait_for()
+        wait_for_end(page)
+        return {"asked": asked, "acceptedStatus": accepted.value.status, "view": read_view(page)}
+
+
+@pytest.fixture(scope="module")
 def review_expires(watch: PageWatch, expiring_server: str) -> dict[str, Any]:
     """(The demo agents, the question expiring) The review asks; nobody answers."""
     with watch.page("review-expires") as page:
@@ -1215,6 +1243,7 @@ def test_the_page_stays_on_its_server_and_logs_no_errors(
     review_closed_on_page: dict[str, Any],
     review_expires: dict[str, Any],
     review_invalid: dict[str, Any],
+    dev_run_asks: dict[str, Any],
 ) -> None:
     # Every scenario above has played (this test asks for each); then what their pages did:
     assert watch.external_requests == []
@@ -1816,6 +1845,23 @@ def test_an_invalid_answer_s_message_stays_with_the_field(review_invalid: dict[s
     assert view["status"] == "finished", view["statusText"]
     review = cards_by_name(view)["Review Agent"]
     assert review["text"] == "Reviewed Trio: the design is sound; add a replay window."
+
+
+def test_dev_run_s_remote_review_agent_asks_on_the_page_and_uses_the_answer(
+    dev_run_asks: dict[str, Any],
+) -> None:
+    asked = dev_run_asks["asked"]
+    assert asked["statusText"] == REVIEW_WAITS
+    review = cards_by_name(asked)["Review Agent"]
+    assert review["state"] == "input-required"
+    assert [i["question"] for i in review["inputs"]] == [REVIEW_QUESTION]
+    assert dev_run_asks["acceptedStatus"] == 202
+    view = dev_run_asks["view"]
+    assert view["status"] == "finished", view["statusText"]
+    review = cards_by_name(view)["Review Agent"]
+    assert review["state"] == "finished"
+    assert review["text"].startswith("Reviewed Trio: ")
+    assert "Verdict: approve Trio" in review["text"]
 
 
 # --- a remote AG-UI delegation beside a remote A2A one, with nested subagents --------------------
