@@ -88,6 +88,7 @@ from web.config import (
 )
 
 __all__ = [
+    "ASKING_EXAMPLE",
     "BUILTIN_REMOTES",
     "REMOTE_POLICY",
     "REMOTE_TOKEN_ENV",
@@ -163,6 +164,8 @@ READY_TIMEOUT: Final = 60.0
 STOP_GRACE: Final = 10.0
 #: `--remote`'s default: the built-in remotes; else the kind of the CLI served as the remote.
 BUILTIN: Final = "builtin"
+#: A prompt that makes the built-in review agent ask a question (`demo.agents.asks_for_a_question`).
+ASKING_EXAMPLE: Final = "ask me which framework to review"
 #: The variable that carries the remotes' bearer token into their environment (`--token-env`).
 REMOTE_TOKEN_ENV: Final = "SUBAGENT_ENGINE_REMOTE_TOKEN"
 #: Every remote's policy on the page: its questions wait for the viewer's answer, for
@@ -592,6 +595,8 @@ def _announce(
             f"  {r.remote.key}: a remote A2A agent, {r.remote.what} (pid {r.pid}): {r.card_url}",
             file=out,
         )
+    if any(r.remote.key in BUILTIN_REMOTES for r in running):
+        print(f"  try: {ASKING_EXAMPLE!r} (the review agent asks you a question first)", file=out)
     print(
         "Open the URL, type a prompt and press Run. Ctrl-C stops the page and the agents.", file=out
     )

@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from adapters.agui import check_frames, parse_sse
-from demo import REMOTE_TOKEN_ENV
+from demo import ASKING_EXAMPLE, REMOTE_TOKEN_ENV
 from tests.helpers import REPO_ROOT
 from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 
@@ -296,7 +296,7 @@ def test_claude_parent_with_a_codex_remote_over_a2a(
     assert {"anthropic", "openai"} <= apis, apis
 
 
-ASKING_PROMPT = "ask me which framework to review"
+ASKING_PROMPT = ASKING_EXAMPLE  # what the demo suggests at start
 
 
 def test_a_prompt_that_asks_for_a_question_gets_one_from_the_remote_review_agent() -> None:

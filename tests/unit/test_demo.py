@@ -19,6 +19,7 @@ import pytest
 
 from adapters.parents import DEFAULT_SCRIPT, Ask, Delegate, Say, Think
 from demo import (
+    ASKING_EXAMPLE,
     BUILTIN_REMOTES,
     REMOTE_POLICY,
     REMOTE_TOKEN_ENV,
@@ -361,3 +362,16 @@ def test_a_remote_that_does_not_start_ends_the_demo_with_its_reason(
     assert run_plan(plan, out) == 1
     assert out.getvalue() == ""  # the page never started
     assert capsys.readouterr().err == f"subagent-engine demo: {problem}\n"
+
+
+def test_the_demo_suggests_a_prompt_that_gets_a_question(tmp_path: Path) -> None:
+    from demo import _announce, _Running
+
+    plan = plan_demo(DemoOptions(), workdir=str(tmp_path))
+    running = [_Running(remote, 100 + i, 9000 + i) for i, remote in enumerate(plan.remotes)]
+    out = io.StringIO()
+    _announce(plan, "http://127.0.0.1:8080", "http://127.0.0.1:1/mcp", running, out)
+    assert f"try: {ASKING_EXAMPLE!r}" in out.getvalue()
+    assert PromptedScript("review").script_for(f"Review the plan for: {ASKING_EXAMPLE}") == (
+        "review-ask"
+    )
