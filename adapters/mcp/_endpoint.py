@@ -409,6 +409,10 @@ class DelegationEndpoint:
         self.elicitation_answers_late = 0
         #: URL-mode elicitations the user accepted (went to the sign-in page).
         self.elicitations_consented = 0
+        #: `elicitations_declined` by why (see `_declined`).
+        self.elicitations_declined_by: dict[str, int] = {}
+        #: 2026-07-28 retries that resumed a waiting round (`requestState` accepted).
+        self.rounds_resumed = 0
 
     # -- lifecycle ----------------------------------------------------------------------
 
@@ -776,7 +780,7 @@ class DelegationEndpoint:
         with asking.scope:
             plan = plan_elicitation(question)
             if plan is None or not can_elicit(ctx.session.client_capabilities, plan.mode):
-                self._declined(run, question, policy, client)
+                self._declined(run, question, policy, client, "unsupported")
                 return
             for _ in range(MAX_ASKS):
                 self.elicitations_sent += 1
@@ -793,10 +797,10 @@ class DelegationEndpoint:
                         )
                 except (MCPError, ValidationError, *_TEARDOWN_ERRORS) as exc:
                     log.debug("elicitation of %s failed: %r", question.id, exc)
-                    self._declined(run, question, policy, client)
+                    self._declined(run, question, policy, client, "failed")
                     return
                 if reply.action != "accept":
-                    self._declined(run, question, policy, client)
+                    self._declined(run, question, policy, client, reply.action)
                     return
                 if plan.mode == URL:
                     # The answer comes from the sign-in page's side (another surface, or the
@@ -808,7 +812,7 @@ class DelegationEndpoint:
                 if retry is None:
                     return
                 plan = plan_elicitation(question, retry_reason=retry) or plan
-            self._declined(run, question, policy, client)
+            self._declined(run, question, policy, client, "no_fitting_answer")
         if asking.scope.cancelled_caught:
             self.elicitations_withdrawn += 1
 
@@ -847,12 +851,20 @@ class DelegationEndpoint:
         return None
 
     def _declined(
-        self, run: Run, question: Question, policy: DelegationPolicy, client: str | None
+        self,
+        run: Run,
+        question: Question,
+        policy: DelegationPolicy,
+        client: str | None,
+        why: str,
     ) -> None:
         """The user declined or cancelled, the client cannot elicit, or the elicitation
-        failed: the agent's `on_elicitation_declined` decides (`wait`: the question stays open
-        for the other surfaces)."""
+        failed (`why`: `decline`, `cancel`, `unsupported`, `failed`, `no_fitting_answer`):
+        the agent's `on_elicitation_declined` decides (`wait`: the question stays open for the
+        other surfaces)."""
         self.elicitations_declined += 1
+        self.elicitations_declined_by[why] = self.elicitations_declined_by.get(why, 0) + 1
+        log.debug("elicitation of %s by %s ended without an answer: %s", question.id, client, why)
         then = policy.on_elicitation_declined
         if then == ElicitationDeclined.WAIT:
             return
@@ -942,7 +954,7 @@ class DelegationEndpoint:
                         continue
                     plan = plan_elicitation(question)
                     if plan is None or not can_elicit(ctx.session.client_capabilities, plan.mode):
-                        self._declined(run, question, policy, client)
+                        self._declined(run, question, policy, client, "unsupported")
                         continue
                     return _Stop(plan=plan, cursor=entry.cursor)
         finally:
@@ -1019,11 +1031,12 @@ class DelegationEndpoint:
                 {"code": ErrorCode.INVALID_INPUT, "reason": "stale_request_state"},
             )
         del self._rounds[state.ticket]
+        self.rounds_resumed += 1
         client = _client_name(ctx)
         plan, policy = waiting.stop.plan, waiting.policy
         reply = (params.input_responses or {}).get(ELICITATION_KEY)
         if not isinstance(reply, types.ElicitResult) or reply.action != "accept":
-            self._declined(run, question, policy, client)
+            self._declined(run, question, policy, client, _reply_action(reply))
         elif plan.mode == URL:
             self.elicitations_consented += 1
         else:
@@ -1039,7 +1052,7 @@ class DelegationEndpoint:
                         tool=waiting.tool,
                         asks=waiting.asks + 1,
                     )
-                self._declined(run, question, policy, client)
+                self._declined(run, question, policy, client, "no_fitting_answer")
         return await self._follow_rounds(
             ctx, run, waiting.handle, waiting.stop.cursor, policy, tool=waiting.tool
         )
@@ -1207,6 +1220,11 @@ def _asking_policy(run: Run, agent: str) -> DelegationPolicy | None:
     if policy.elicitation != Elicitation.ASK or policy.input_required != InputRequiredMode.SURFACE:
         return None
     return policy
+
+
+def _reply_action(reply: Any) -> str:
+    """What a 2026-07-28 retry said of the elicitation (`missing`: no response under its key)."""
+    return reply.action if isinstance(reply, types.ElicitResult) else "missing"
 
 
 def _still_open(run: Run, question: Question) -> bool:

@@ -232,7 +232,7 @@ async def test_declined_fails_the_delegation_under_fail(parent: Any, callback: A
         QuestionOutcome.DECLINED,
         AnswerSurface.MCP_ELICITATION,
     )
-    assert endpoint.elicitations_declined == 1
+    assert endpoint.elicitations_declined_by == {"decline" if callback else "unsupported": 1}
     assert endpoint.elicitations_sent == (1 if callback else 0)
 
 
@@ -402,7 +402,7 @@ async def test_answers_that_never_fit_end_as_declined(parent: Any) -> None:
     assert result.structured_content["error"]["code"] == ErrorCode.INPUT_REQUIRED
     assert len(asked) == 3  # MAX_ASKS
     assert endpoint.elicitation_answers_invalid == 3
-    assert endpoint.elicitations_declined == 1
+    assert endpoint.elicitations_declined_by == {"no_fitting_answer": 1}
 
 
 # -- credentials: URL mode -------------------------------------------------------------------
