@@ -95,7 +95,6 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ValidationError
 
 from adapters.listener import (
     ListenerLimits,
@@ -795,7 +794,9 @@ class DelegationEndpoint:
                         reply = await ctx.session.elicit_form(
                             plan.message, plan.schema, related_request_id=ctx.request_id
                         )
-                except (MCPError, ValidationError, *_TEARDOWN_ERRORS) as exc:
+                except Exception as exc:
+                    # Whatever the client or its transport did (an error reply, a malformed
+                    # result, a torn-down stream), the call itself goes on: the policy decides.
                     log.debug("elicitation of %s failed: %r", question.id, exc)
                     self._declined(run, question, policy, client, "failed")
                     return
@@ -819,7 +820,7 @@ class DelegationEndpoint:
     async def _say_url_complete(self, ctx: Any, question: Question) -> None:
         try:
             await ctx.session.send_elicit_complete(question.id, related_request_id=ctx.request_id)
-        except (MCPError, *_TEARDOWN_ERRORS) as exc:
+        except Exception as exc:  # a courtesy: the call goes on without it
             log.debug("elicitation/complete for %s not sent: %r", question.id, exc)
 
     def _take_answer(

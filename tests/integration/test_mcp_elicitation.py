@@ -279,6 +279,21 @@ async def test_declined_waits_for_another_surface_under_wait(parent: Any, callba
     assert (closed.surface, closed.answered_by) == (AnswerSurface.PAGE, "alice")
 
 
+async def test_an_elicitation_the_client_fails_goes_to_the_policy() -> None:
+    """Session-based: the client answers `elicitation/create` with a JSON-RPC error; the call
+    carries on and the policy decides (here: fail)."""
+
+    async def fails(ctx: Any, params: Any) -> types.ErrorData:
+        return types.ErrorData(code=-32603, message="the form could not be shown")
+
+    agent = asking_agent(on_elicitation_declined="fail")
+    async with endpoint_run(agent) as (endpoint, _, run), session_parent(run, fails) as client:
+        with trio.fail_after(30):
+            result = await client.call("delegate_to_agent", call_args())
+    assert result.structured_content["error"]["code"] == ErrorCode.INPUT_REQUIRED
+    assert endpoint.elicitations_declined_by == {"failed": 1}
+
+
 # -- answered elsewhere first -----------------------------------------------------------------
 
 
@@ -319,6 +334,28 @@ async def test_answered_elsewhere_cancels_the_pending_elicitation() -> None:
     assert 'The remote got: {"year": 1999}' in said(results[0].structured_content)
     assert endpoint.elicitations_withdrawn == 1
     assert endpoint.elicitations_answered == 0
+
+
+async def test_a_question_that_expires_withdraws_its_elicitation() -> None:
+    cancelled = trio.Event()
+
+    async def hold(ctx: Any, params: Any) -> types.ElicitResult:
+        try:
+            await trio.sleep_forever()
+        finally:
+            cancelled.set()
+        raise AssertionError("unreachable")
+
+    agent = asking_agent(input_wait_timeout=0.5)
+    async with endpoint_run(agent) as (endpoint, eng, run), session_parent(run, hold) as client:
+        with trio.fail_after(30):
+            result = await client.call("delegate_to_agent", call_args())
+            await cancelled.wait()
+        events = await journal_events(eng, run.run_id)
+    assert result.structured_content["error"]["code"] == ErrorCode.INPUT_REQUIRED
+    [closed] = closed_questions(events)
+    assert closed.outcome == QuestionOutcome.EXPIRED
+    assert endpoint.elicitations_withdrawn == 1
 
 
 async def test_an_answer_after_the_question_closed_elsewhere_is_late_and_harmless(
@@ -557,6 +594,25 @@ async def test_a_forged_or_altered_request_state_is_refused() -> None:
                 allow_input_required=True,
             )
     assert 'The remote got: {"year": 2026}' in said(result.structured_content)
+
+
+async def test_a_retry_without_the_elicitations_response_counts_as_declined() -> None:
+    agent = asking_agent(on_elicitation_declined="fail")
+    async with (
+        endpoint_run(agent) as (endpoint, _, run),
+        stateless_parent(run, decline) as parent,
+    ):
+        with trio.fail_after(30):
+            first = await first_round(parent.raw)
+            result = await parent.raw.session.call_tool(
+                "delegate_to_agent",
+                call_args(),
+                input_responses={},
+                request_state=first.request_state,
+                allow_input_required=True,
+            )
+    assert result.structured_content["error"]["code"] == ErrorCode.INPUT_REQUIRED
+    assert endpoint.elicitations_declined_by == {"missing": 1}
 
 
 async def test_a_request_state_used_once_is_stale() -> None:
