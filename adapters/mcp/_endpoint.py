@@ -777,6 +777,8 @@ class DelegationEndpoint:
     ) -> None:
         client = _client_name(ctx)
         with asking.scope:
+            if asking.scope.cancel_called or not _still_open(run, question):
+                return  # it closed before this task started: nothing to ask
             plan = plan_elicitation(question)
             if plan is None or not can_elicit(ctx.session.client_capabilities, plan.mode):
                 self._declined(run, question, policy, client, "unsupported")
