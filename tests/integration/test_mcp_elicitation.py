@@ -75,9 +75,11 @@ def asking_agent(
 
 
 @asynccontextmanager
-async def endpoint_run(agent: AgentSpec) -> AsyncIterator[tuple[DelegationEndpoint, Engine, Run]]:
+async def endpoint_run(
+    agent: AgentSpec, **settings: Any
+) -> AsyncIterator[tuple[DelegationEndpoint, Engine, Run]]:
     async with (
-        DelegationEndpoint().serve() as endpoint,
+        DelegationEndpoint(**settings).serve() as endpoint,
         Engine([agent], endpoints=endpoint) as eng,
         eng.open_run() as run,
     ):
@@ -208,6 +210,51 @@ async def test_a_question_without_schema_is_asked_as_one_text_answer(parent: Any
     assert "The remote got: the last one" in said(result.structured_content)
     assert asked[0].requested_schema["required"] == ["answer"]
     assert asked[0].requested_schema["properties"]["answer"]["type"] == "string"
+
+
+async def test_a_shortcut_tool_asks_too(parent: Any) -> None:
+    async def answer(ctx: Any, params: Any) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"year": 2027})
+
+    async with (
+        endpoint_run(asking_agent(), shortcuts={"research"}) as (_, _, run),
+        parent(run, answer) as client,
+    ):
+        with trio.fail_after(30):
+            result = await client.call("delegate_to_research", {"objective": "Pick a year."})
+    assert 'The remote got: {"year": 2027}' in said(result.structured_content)
+
+
+async def test_an_agent_without_elicitation_is_never_asked_through_the_client(
+    parent: Any,
+) -> None:
+    asked: list[Any] = []
+
+    async def answer(ctx: Any, params: Any) -> types.ElicitResult:
+        asked.append(params)
+        return types.ElicitResult(action="accept", content={"year": 2027})
+
+    agent = asking_agent(elicitation="off")
+    async with (
+        endpoint_run(agent) as (endpoint, _, run),
+        parent(run, answer) as client,
+        trio.open_nursery() as nursery,
+    ):
+        results: list[types.CallToolResult] = []
+        returned = trio.Event()
+
+        async def call() -> None:
+            results.append(await client.call("delegate_to_agent", call_args()))
+            returned.set()
+
+        nursery.start_soon(call)
+        with trio.fail_after(30):
+            question = await asked_question(run)
+            run.answer(question.delegation_id, data={"year": 1990})
+            await returned.wait()
+    assert 'The remote got: {"year": 1990}' in said(results[0].structured_content)
+    assert asked == []
+    assert endpoint.elicitations_sent == 0
 
 
 # -- declined, or no elicitation at all ------------------------------------------------------
