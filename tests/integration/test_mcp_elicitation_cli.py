@@ -3,10 +3,11 @@
 Claude Code (`claude -p`, 2.1.332) and Codex (`codex exec`, 0.171.0) run as the parent of a run
 (configured as a host would, from host TOML), against the scripted model on loopback; the model
 makes each call `delegate_to_agent`, whose in-process agent asks one question with
-`elicitation = "ask"`. Measured here: both declare elicitation (form and URL modes), and
-neither has anyone to ask: Claude Code speaks the stateless 2026-07-28 version and retries the
-call at once with the elicitation `cancel`led; Codex speaks a session-based version and answers
-`elicitation/create` with `decline` at once. So the agent's `on_elicitation_declined` decides,
+`elicitation = "ask"` (a form, or a sign-in address: URL mode). Measured here: both declare
+elicitation (form and URL modes), and neither has anyone to ask: Claude Code speaks the
+stateless 2026-07-28 version and retries the call at once with the elicitation `cancel`led;
+Codex speaks a session-based version and answers `elicitation/create` with `decline` at once;
+both alike in either mode. So the agent's `on_elicitation_declined` decides,
 at once: `return` hands the question to the parent model as an `input_required` result, `wait`
 keeps the call blocked until another surface (here the page) answers.
 """
@@ -34,6 +35,7 @@ from tests.helpers.peers import CODEX_MODEL, MODEL_KEY_ENV, ScriptedModel
 from web.config import parse_config
 
 KINDS = {"claude": "claude-code", "codex": "codex"}
+SIGN_IN = "https://sign-in.example/authorize"
 #: What each CLI does with an elicitation it cannot show anyone, and the name it gives.
 MEASURED = {
     "claude": {"action": "cancel", "client": "claude-code", "stateless": True},
@@ -62,12 +64,15 @@ def host_toml(cli: str, bin_dir: Path, model_url: str) -> str:
     )
 
 
-def asking_agent(then: str, got: list[Any]) -> AgentSpec:
+def asking_agent(then: str, mode: str, got: list[Any]) -> AgentSpec:
     async def ask(task: LocalTask) -> str:
-        answer = await task.ask(
-            "Which year should the report cover?",
-            schema={"type": "object", "properties": {"year": {"type": "integer"}}},
-        )
+        if mode == "url":
+            answer = await task.ask("Sign in to the wiki.", auth_url=SIGN_IN)
+        else:
+            answer = await task.ask(
+                "Which year should the report cover?",
+                schema={"type": "object", "properties": {"year": {"type": "integer"}}},
+            )
         got.append(answer.data)
         return f"Covered {answer.data}"
 
@@ -77,10 +82,11 @@ def asking_agent(then: str, got: list[Any]) -> AgentSpec:
     return AgentSpec(key="research", target=InProcessTarget(ask), policy=policy)
 
 
+@pytest.mark.parametrize("mode", ["form", "url"])
 @pytest.mark.parametrize("then", ["return", "wait"])
 @pytest.mark.parametrize("cli", ["claude", "codex"])
 async def test_a_cli_parent_without_a_user_turns_the_elicitation_down_at_once(
-    cli: str, then: str, cli_bin: Path, model: ScriptedModel, cli_env: None
+    cli: str, then: str, mode: str, cli_bin: Path, model: ScriptedModel, cli_env: None
 ) -> None:
     measured = MEASURED[cli]
     config = parse_config(host_toml(cli, cli_bin, model.base_url), "host.toml")
@@ -90,7 +96,7 @@ async def test_a_cli_parent_without_a_user_turns_the_elicitation_down_at_once(
     ended = trio.Event()
     async with (
         DelegationEndpoint().serve() as endpoint,
-        Engine([asking_agent(then, got)], endpoints=endpoint) as eng,
+        Engine([asking_agent(then, mode, got)], endpoints=endpoint) as eng,
         eng.open_run() as run,
         trio.open_nursery() as nursery,
     ):
