@@ -38,7 +38,13 @@ keeps its name and value, and RAW, STATE_*, MESSAGES_SNAPSHOT and ACTIVITY_* bec
 RUN_FINISHED ends the delegation: its `result` is the summary; an `interrupt` outcome is
 `subagent.input_required` and suspends the mapper with every interrupt id kept in `interrupts`
 until `resume()` (the session's answer starts the remote's resume run, whose RUN_STARTED is a
-`working` status, not a second start); a `cancelled` outcome is `subagent.cancelled`. RUN_ERROR
+`working` status, not a second start). Its update names who asks and how an answer must look:
+`subagent_id` is the `subagentRunId` the interrupts name when they all name the same one (the
+engine builds the question's lineage down to that nested subagent; interrupts of several
+subagents, or of none, are the remote's own question), and `response_schema` the one
+interrupt's `responseSchema` (an object, bounded; with several interrupts there is none: one
+answer then answers every interrupt, or `data` keyed by interrupt id each). A `cancelled`
+outcome is `subagent.cancelled`. RUN_ERROR
 is `subagent.failed` (`remote_failed`). Messages and tool calls still open when the run ends or
 suspends are closed first.
 
@@ -80,6 +86,8 @@ MAX_FRAME_BYTES: Final = 4 << 20
 MAX_CARRIED_JSON_BYTES: Final = 64 << 10
 #: A remote failure message or summary rendered from JSON is cut to this many characters.
 MAX_ERROR_CHARS: Final = 500
+#: The largest interrupt `responseSchema` carried (as JSON bytes).
+MAX_SCHEMA_BYTES: Final = 64 * 1024
 #: Longest id (message, tool call, run, thread, interrupt, subagent) accepted.
 MAX_ID_CHARS: Final = 512
 #: Messages, reasoning messages and tool calls open at once; interrupts of one suspension.
@@ -506,12 +514,16 @@ class AguiRemoteMapper:
                 "interruptIds": [i["id"] for i in interrupts],
                 "interrupts": _carried(interrupts),
             }
+            askers = {i.get("subagentRunId") for i in interrupts}
+            asker = askers.pop() if len(askers) == 1 else None
             out.append(
                 self._update(
                     Kind.INPUT_REQUIRED,
                     status="input_required",
                     text=_truncate("\n".join(questions), 4 * MAX_ERROR_CHARS),
                     raw=raw,
+                    subagent_id=asker if isinstance(asker, str) else None,
+                    response_schema=_response_schema(interrupts),
                 )
             )
             return
@@ -966,6 +978,20 @@ def _json(value: Any) -> str | None:
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (ValueError, TypeError, RecursionError):
         return None
+
+
+def _response_schema(interrupts: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The one interrupt's `responseSchema` (a JSON object no larger than
+    `MAX_SCHEMA_BYTES` as JSON), else None (the engine checks it is a valid schema)."""
+    if len(interrupts) != 1:
+        return None
+    schema = interrupts[0].get("responseSchema")
+    if not isinstance(schema, dict) or not schema:
+        return None
+    text = _json(schema)
+    if text is None or len(text.encode("utf-8", "surrogatepass")) > MAX_SCHEMA_BYTES:
+        return None
+    return schema
 
 
 def _carried(value: Any) -> Any:

@@ -45,6 +45,12 @@ Routes: ``POST /agents/<scenario>`` takes a `RunAgentInput` (validated with the 
   with an interrupt attributed to it. The resume run announces ``deleter`` again (a
   continuation of the suspended subagent), which says ``Deleted.`` and finishes; RUN_FINISHED
   ``approved``.
+- ``nested_question``: ``planner`` (a subagent) spawns ``deleter`` (``parentSubagentRunId``),
+  which asks; both end ``suspended`` and the run ends with one interrupt attributed to
+  ``deleter`` whose ``responseSchema`` (``NESTED_QUESTION_SCHEMA``) asks for
+  ``{"approved": <boolean>}``. The resume run announces both again (continuations); ``deleter``
+  says ``got: <the resume payload as JSON>`` and both finish; RUN_FINISHED with that payload as
+  its result. A resume that does not answer the interrupt: RUN_ERROR ``E_RESUME``.
 - ``auth``: 401 unless ``Authorization: Bearer test-token``; then like a short ``stream``.
 - ``crlf``: like ``stream``, framed with CRLF line endings (legal SSE, sse-starlette's default).
 
@@ -147,6 +153,7 @@ SCENARIOS = (
     "subagents",
     "nested",
     "nested_interrupt",
+    "nested_question",
     "auth",
     "crlf",
     "drop",
@@ -183,6 +190,13 @@ class _Abort(Exception):
 
 
 INTERRUPT_IDS = ("approve-delete", "confirm-scope")
+#: What the ``nested_question`` scenario's interrupt asks an answer to look like.
+NESTED_QUESTION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}},
+    "required": ["approved"],
+}
+NESTED_QUESTION = "Delete the three stale branches?"
 
 log = logging.getLogger("agui_app")
 
@@ -388,6 +402,8 @@ class Agent:
             ]
         elif scenario == "nested_interrupt":
             events = self._nested_interrupt(run, started)
+        elif scenario == "nested_question":
+            events = self._nested_question(run, started)
         elif scenario == "drop":
             yield self.frame(started)
             yield self.frame(TextMessageStartEvent(message_id="m1", role="assistant"))
@@ -494,6 +510,47 @@ class Agent:
             *_text("dm2", "Deleted.", subagent="deleter-1"),
             SubagentFinishedEvent(subagent_run_id="deleter-1"),
             RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id, result="approved"),
+        ]
+
+    def _nested_question(self, run: RunAgentInput, started: BaseEvent) -> list[BaseEvent]:
+        planner = SubagentStartedEvent(subagent_run_id="planner-1", name="planner")
+        deleter = SubagentStartedEvent(
+            subagent_run_id="deleter-1", name="deleter", parent_subagent_run_id="planner-1"
+        )
+        if not run.resume:
+            interrupt = Interrupt(
+                id=INTERRUPT_IDS[0],
+                reason="input",
+                message=NESTED_QUESTION,
+                subagent_run_id="deleter-1",
+                response_schema=NESTED_QUESTION_SCHEMA,
+            )
+            suspended = SubagentFinishedSuspendedOutcome(interrupt_ids=[INTERRUPT_IDS[0]])
+            return [
+                started,
+                planner,
+                deleter,
+                *_text("dq1", "Three branches look stale.", subagent="deleter-1"),
+                SubagentFinishedEvent(subagent_run_id="deleter-1", outcome=suspended),
+                SubagentFinishedEvent(subagent_run_id="planner-1", outcome=suspended),
+                RunFinishedEvent(
+                    thread_id=run.thread_id,
+                    run_id=run.run_id,
+                    outcome=RunFinishedInterruptOutcome(interrupts=[interrupt]),
+                ),
+            ]
+        answered = {entry.interrupt_id: entry.payload for entry in run.resume}
+        if set(answered) != {INTERRUPT_IDS[0]}:
+            return [started, RunErrorEvent(message="resume misses an interrupt", code="E_RESUME")]
+        got = json.dumps(answered[INTERRUPT_IDS[0]], sort_keys=True)
+        return [
+            started,
+            planner,  # continuations of the suspended subagents
+            deleter,
+            *_text("dq2", f"got: {got}", subagent="deleter-1"),
+            SubagentFinishedEvent(subagent_run_id="deleter-1"),
+            SubagentFinishedEvent(subagent_run_id="planner-1"),
+            RunFinishedEvent(thread_id=run.thread_id, run_id=run.run_id, result=got),
         ]
 
     async def _wait(self, run: RunAgentInput, scenario: str) -> bool:
