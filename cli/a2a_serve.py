@@ -14,6 +14,12 @@ A CLI parent is checked before anything listens (exit 2, naming the field): the 
 (`HostConfig.check_parent`), so a dead model endpoint is a start-up error, not a task that fails
 minutes later.
 
+Questions. The served parent may ask whoever sent the task (`ask_requester`, `--ask-timeout`);
+so may the agents it delegates to: an agent whose `[agents.policy]` says
+`input_required = "surface"` makes its delegation wait for an answer, and the task turns
+`input-required` with the question and its lineage until a follow-up message answers it (see
+`adapters.a2a.serving`, "Nested questions").
+
 `--parent conformance` serves no parent but the A2A conformance suite's scripted agent
 (`adapters.a2a.conformance`) through the same server, for `./dev tck` (tools/conformance).
 
@@ -57,7 +63,14 @@ if TYPE_CHECKING:
     from adapters.mcp import Requester
     from adapters.parents import ParentAgent
 
-__all__ = ["A2AServeOptions", "a2a_serve_main", "open_engine", "parent_factory", "serve"]
+__all__ = [
+    "A2AServeOptions",
+    "a2a_serve_main",
+    "open_engine",
+    "parent_factory",
+    "serve",
+    "serve_until_stopped",
+]
 
 
 @attrs.frozen(kw_only=True)
@@ -201,7 +214,7 @@ def a2a_serve_main(
             print(f"subagent-engine a2a-serve needs uvicorn: {exc}", file=sys.stderr)
             return 2
         listening = attrs.evolve(listening, allowed_hosts=config.server.allowed_hosts)
-        return _serve_until_stopped(conformance_agent(listening, name=name), out)
+        return serve_until_stopped(conformance_agent(listening, name=name), out)
     try:
         options = A2AServeOptions(  # ValueError for an unknown parent kind
             parent=parent or config.parent.kind,
@@ -231,10 +244,11 @@ def a2a_serve_main(
     except (ValueError, ConfigError) as exc:
         print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
         return 2
-    return _serve_until_stopped(options.served(), out)
+    return serve_until_stopped(options.served(), out)
 
 
-def _serve_until_stopped(served: ServedParent, out: TextIO | None) -> int:
+def serve_until_stopped(served: ServedParent, out: TextIO | None) -> int:
+    """Serve `served` until a stop signal (or stdin closed with `watch_stdin`): 0."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
     # uvicorn re-raises the SIGTERM/SIGINT it stopped on once it has shut down; with these
     # handlers in place that ends in a clean exit 0 rather than death by the signal.

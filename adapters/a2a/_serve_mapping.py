@@ -48,7 +48,14 @@ returns the updates to publish, in order. Which events become what, and why:
 A question the parent asks whoever sent the task (`ask_requester`, see `adapters.a2a.serving`)
 is not a journal event this mapper reads: the server calls `interrupt(question)` (an
 `input-required` status whose message is the question, metadata kind `question`) and, when the
-answer came or the wait ended, `resume(note)` (`working` again).
+answer came or the wait ended, `resume(note)` (`working` again). A question one of the run's
+own delegations asks (`subagent.input_required` carrying an engine `Question`) is surfaced the
+same way by `ask(question)`: the status (`input-required`, or `auth-required` for a question
+about credentials) has the question's text and a data part with who asks and how an answer
+must look (`question_data`: `kind` `question`, `questionId`, `delegationId`, `agentKey`,
+`agentName`, `lineage`, `asker`, `reason`, `responseSchema`, `authUrl`, `askedAt`,
+`expiresAt`), so that a client can answer with the right data and an engine that delegated
+to this agent keeps the lineage (`adapters.a2a._mapping` reads it back).
 
 Exactly one terminal status is written, and nothing after it: `conclude(state, reason)` ends the
 task when the run cannot (its thread died, a cancel that was not confirmed in time) and is a no-op
@@ -82,15 +89,17 @@ from google.protobuf import (  # type: ignore[import-untyped, unused-ignore]
     struct_pb2,
 )
 
-from engine import DelegationEvent, Kind
+from engine import DelegationEvent, Kind, Question, QuestionReason
 
 __all__ = [
     "ASSISTANT_OUTPUT",
     "MAX_DATA_BYTES",
     "MAX_STATUS_TEXT_CHARS",
     "METADATA_KEY",
+    "QUESTION_KIND",
     "A2AUpdate",
     "ParentTaskMapper",
+    "question_data",
 ]
 
 #: The name of the artifact that carries the parent's assistant text.
@@ -102,6 +111,13 @@ METADATA_KEY: Final = "subagentEngine"
 #: A data part's value larger than this (as JSON) is replaced by a marker. Matches what the
 #: engine's A2A client carries (`adapters.a2a._mapping.MAX_CARRIED_JSON_BYTES`).
 MAX_DATA_BYTES: Final = 4096
+#: The `kind` of a status that asks (its metadata and its question's data part say so).
+QUESTION_KIND: Final = "question"
+#: A question's data part larger than this (as JSON) goes without its `responseSchema` (the
+#: engine keeps schemas up to 64 Ki characters; this leaves room for the rest).
+MAX_QUESTION_DATA_BYTES: Final = 80 * 1024
+#: A question's lineage longer than this is cut (the ids nearest the asker are kept).
+MAX_LINEAGE: Final = 64
 #: Ids and names in a data part are cut to this many characters.
 MAX_DATA_ID_CHARS: Final = 256
 #: A status message's text is cut to this many characters (the artifact has the whole text).
@@ -229,6 +245,32 @@ class ParentTaskMapper:
             self._flush_reasoning(message_id, out)
         self._flush_text(out)
         out.append(self._status(TaskState.TASK_STATE_INPUT_REQUIRED, question, kind="question"))
+        return out
+
+    def ask(self, question: Question, *, refused: str | None = None) -> list[A2AUpdate]:
+        """The task turns `input-required` (`auth-required` for credentials) for a question of
+        one of the run's delegations: its text, and its `question_data` as a data part. With
+        `refused`, the status says first why the last answer was not taken (the question is
+        still open). Nothing once `done`."""
+        if self.done:
+            return []
+        out: list[A2AUpdate] = []
+        for message_id in list(self._reasoning):
+            self._flush_reasoning(message_id, out)
+        self._flush_text(out)
+        text = question.text or f"{question.agent_name or question.agent_key} asks for input."
+        if refused:
+            text = f"The answer was not accepted: {refused}\n\n{text}"
+        state = (
+            TaskState.TASK_STATE_AUTH_REQUIRED
+            if question.reason == QuestionReason.AUTH
+            else TaskState.TASK_STATE_INPUT_REQUIRED
+        )
+        status = self._status(state, text, kind=QUESTION_KIND)
+        status.status.message.parts.append(
+            Part(data=json_format.ParseDict(question_data(question), struct_pb2.Value()))
+        )
+        out.append(status)
         return out
 
     def resume(self, note: str | None = None) -> list[A2AUpdate]:
@@ -515,3 +557,43 @@ def _data_value(data: dict[str, Any], payload: str | None) -> struct_pb2.Value:
             value = {"omitted": "too_large", "bytes": size}
         fields[payload] = value
     return json_format.ParseDict(fields, struct_pb2.Value())
+
+
+def question_data(question: Question) -> dict[str, Any]:
+    """The data part of a status that asks `question` (camelCase, as A2A's own JSON): who asks
+    (`lineage`: the delegation id, then the nested subagents down to the asker) and how an
+    answer must look. Ids are cut to `MAX_DATA_ID_CHARS`, the lineage to its last
+    `MAX_LINEAGE` ids; a schema that would make it larger than `MAX_QUESTION_DATA_BYTES` is
+    left out (`responseSchemaOmitted` says how large it was)."""
+
+    def ident(value: str | None) -> str | None:
+        return _utf8(value[:MAX_DATA_ID_CHARS]) if isinstance(value, str) else None
+
+    data: dict[str, Any] = {
+        "kind": QUESTION_KIND,
+        "questionId": ident(question.id),
+        "delegationId": ident(question.delegation_id),
+        "agentKey": ident(question.agent_key),
+        "agentName": ident(question.agent_name),
+        "lineage": [ident(i) for i in question.lineage[-MAX_LINEAGE:]],
+        "asker": ident(question.asker),
+        "reason": ident(question.reason),
+        "askedAt": _finite(question.asked_at),
+        "expiresAt": _finite(question.expires_at),
+        "authUrl": ident(question.auth_url) if question.auth_url else None,
+    }
+    data = {key: value for key, value in data.items() if value is not None}
+    if question.response_schema is not None:
+        schema = _json_value(question.response_schema)
+        size = _json_size(schema)
+        if list(schema) == ["omitted"] or size + _json_size(data) > MAX_QUESTION_DATA_BYTES:
+            data["responseSchemaOmitted"] = {"bytes": size}
+        else:
+            data["responseSchema"] = schema
+    return data
+
+
+def _finite(seconds: float | None) -> float | None:
+    if seconds is None or not math.isfinite(seconds):
+        return None
+    return seconds

@@ -79,6 +79,29 @@ is not waiting (running, ended, never ours) is refused with `UnsupportedOperatio
 another task's `contextId` or with no text with `InvalidParamsError`, before it reaches the task
 (`_FollowUpGate`, the request context builder), so the task is left as it was; a follow-up with
 no `contextId` continues the task's own. A message with no `taskId` starts a new task.
+
+Nested questions: the run's own delegations ask too. A delegation whose agent waits for answers
+(policy `input_required = "surface"`) journals `subagent.input_required` with the engine's
+`Question`; the task then turns `input-required` (`auth-required` for credentials) with the
+question's text and, as a data part, who asks and how an answer must look
+(`adapters.a2a._serve_mapping.question_data`: the inner question's id, delegation, agent,
+`lineage`, reason, `responseSchema`; the message's metadata says kind `question`), so that an
+engine delegating to this agent keeps the lineage. The follow-up message is the answer: its
+text and its first data part that is a JSON object go to `Run.answer` on the task's Trio thread
+(surface `a2a`, answered by the caller's name: its authenticated user, else its `x-user-id`
+header, else "a2a requester"). An answer the run refuses as `answer_invalid` (not what the
+schema asks for) leaves the task `input-required`, its status saying why; a taken answer, or a
+question that closed another way meanwhile (answered through another surface, expired,
+withdrawn: `subagent.input_closed`), takes the task back to `working` (with a note saying how
+it closed, when it did not close here) and the request streams the run on. A follow-up whose
+metadata names the question it answers (`{"subagentEngine": {"questionId": ...}}`, as the
+engine's A2A client sends) is refused with `InvalidParamsError` when the task waits for another.
+
+One question at a time, in order. A task has one status, so it asks one question at a time: the
+first asked (nested or `ask_requester`) is surfaced; what the run journals after it, later
+questions included, is held and replayed once it is settled, so the next question surfaces
+then, in the order they were asked (a question that closed meanwhile is skipped). Each waits
+against its own deadline meanwhile (`input_wait_timeout`, `--ask-timeout`).
 """
 
 from __future__ import annotations
@@ -90,6 +113,7 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Callable, MutableMapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from email.utils import formatdate
@@ -123,8 +147,12 @@ from a2a.types import (
     TaskStatusUpdateEvent,
 )
 from a2a.utils.errors import InvalidParamsError, UnsupportedOperationError
+from google.protobuf import (  # type: ignore[import-untyped, unused-ignore]
+    json_format,
+    struct_pb2,
+)
 
-from adapters.a2a._serve_mapping import A2AUpdate, ParentTaskMapper
+from adapters.a2a._serve_mapping import METADATA_KEY, A2AUpdate, ParentTaskMapper
 from adapters.listener import (
     BODY_METHODS,
     Refusal,
@@ -138,7 +166,18 @@ from adapters.listener import (
     serve_on_uvicorn,
 )
 from adapters.mcp import Requester, RequesterError
-from engine import DelegationEvent, Engine, Kind, Run
+from engine import (
+    AnswerSurface,
+    DelegationError,
+    DelegationEvent,
+    Engine,
+    ErrorCode,
+    InputRequiredMode,
+    Kind,
+    Question,
+    QuestionOutcome,
+    Run,
+)
 
 if TYPE_CHECKING:
     from adapters.parents import ParentAgent
@@ -182,6 +221,14 @@ ANSWER_EVENT: Final = "requester.answer"
 NO_ANSWER_EVENT: Final = "requester.no_answer"
 #: The longest answer handed to the parent; a longer follow-up is cut (and says so).
 MAX_ANSWER_CHARS: Final = 64_000
+#: Closed nested questions a task remembers (so that one asked and closed while another was
+#: surfaced is not surfaced later).
+CLOSED_QUESTIONS_KEPT: Final = 1024
+#: How long a follow-up waits for the task's Trio thread to take or refuse its answer (it does
+#: at once unless the thread is gone).
+ANSWER_HANDOFF_TIMEOUT: Final = 10.0
+#: Who answered, when the caller names no one (`answered_by`).
+ANONYMOUS_REQUESTER: Final = "a2a requester"
 
 
 @attrs.frozen(kw_only=True)
@@ -343,6 +390,12 @@ class ParentRunThread:
     `ask_requester`) journals the question (`QUESTION_EVENT`) and waits, at most `ask_timeout`
     seconds, for `answer(question_id, text)` (asyncio side, from the follow-up message). One
     question is open at a time (`open_question`); a later one waits for it to be settled.
+
+    The questions of the run's own delegations are the engine's: `waits_for(question_id)` says
+    whether the run waits for an answer to one (its agent's policy surfaces questions; noted
+    before the batch that asks it is handed over, forgotten when it closes), and
+    `answer_question(...)` gives the answer to `Run.answer` on the Trio thread, its outcome (the
+    closed question, or the run's refusal) coming back as an asyncio future.
     """
 
     def __init__(
@@ -379,8 +432,10 @@ class ParentRunThread:
         self._ask_lock: trio.Lock | None = None
         self._answer: tuple[str, trio.Event, list[str]] | None = None
         self._ask_scope: trio.CancelScope | None = None
-        # Shared (under `_lock`): the id of the question waiting for its answer.
+        # Shared (under `_lock`): the id of the question waiting for its answer, and the open
+        # questions of the run's delegations that wait for answers.
         self._open_question: str | None = None
+        self._asked: dict[str, Question] = {}
 
     # -- asyncio side ---------------------------------------------------------------------
 
@@ -423,21 +478,47 @@ class ParentRunThread:
         self._call_in_trio(self._answer_in_trio, question_id, text)
         return True
 
+    def waits_for(self, question_id: str) -> bool:
+        """Whether the run waits for an answer to its delegation's question `question_id`."""
+        with self._lock:
+            return question_id in self._asked
+
+    def answer_question(
+        self,
+        question: Question,
+        text: str | None,
+        data: dict[str, Any] | None,
+        answered_by: str,
+    ) -> asyncio.Future[Question | DelegationError]:
+        """Answer a question of one of the run's delegations (`Run.answer`, surface `a2a`):
+        resolves to the closed question, or to the run's refusal (`answer_invalid`,
+        `question_closed`, ...) as a `DelegationError`, never raised."""
+        future: asyncio.Future[Question | DelegationError] = self._loop.create_future()
+        if not self._call_in_trio(
+            self._answer_question_in_trio, future, question, text, data, answered_by
+        ):
+            future.set_result(
+                DelegationError(code=ErrorCode.INVALID_INPUT, message="The run has ended.")
+            )
+        return future
+
     def release(self, cancel_reason: str | None = None) -> None:
         """The asyncio side stops reading: the reader no longer waits for credits. With a
         reason, the run is cancelled too."""
         self._call_in_trio(self._release_in_trio, cancel_reason)
 
-    def _call_in_trio(self, fn: Callable[..., None], *args: Any) -> None:
+    def _call_in_trio(self, fn: Callable[..., None], *args: Any) -> bool:
+        """Call `fn(*args)` on the Trio thread soon; False if its loop has ended."""
         with self._lock:
             token = self._token
             if token is None:
                 self._early.append((fn, args))
-                return
+                return True
         try:
             token.run_sync_soon(fn, *args)
         except trio.RunFinishedError:
-            pass  # the run is over: nothing left to tell it
+            return False  # the run is over: nothing left to tell it
+        return True
 
     # -- the thread -----------------------------------------------------------------------
 
@@ -492,6 +573,8 @@ class ParentRunThread:
                 except trio.EndOfChannel:
                     return
                 self._in_flight += 1
+                for entry in batch:
+                    self._note_question(run, entry.event)
                 if not self._post([entry.event for entry in batch]):
                     self._cancel_in_trio("The A2A server stopped listening to the task.")
                     return
@@ -545,6 +628,57 @@ class ParentRunThread:
                     if self._open_question == question_id:
                         self._open_question = None
 
+    def _note_question(self, run: Run, event: DelegationEvent) -> None:
+        """Keep track of the delegations' questions the run waits answers for."""
+        question = event.question
+        if question is None:
+            return
+        if event.kind == Kind.INPUT_REQUIRED and question.open:
+            if _waits_for_answers(run, question.agent_key):
+                with self._lock:
+                    self._asked[question.id] = question
+        elif event.kind == Kind.INPUT_CLOSED:
+            with self._lock:
+                self._asked.pop(question.id, None)
+
+    def _answer_question_in_trio(
+        self,
+        future: asyncio.Future[Question | DelegationError],
+        question: Question,
+        text: str | None,
+        data: dict[str, Any] | None,
+        answered_by: str,
+    ) -> None:
+        outcome: Question | DelegationError
+        run = self._run
+        if run is None:
+            outcome = DelegationError(code=ErrorCode.INVALID_INPUT, message="No run is going.")
+        else:
+            try:
+                outcome = run.answer(
+                    question.delegation_id,
+                    text,
+                    data,
+                    question_id=question.id,
+                    surface=AnswerSurface.A2A,
+                    answered_by=answered_by,
+                )
+            except DelegationError as refusal:
+                outcome = refusal
+            except Exception as exc:  # never into Trio's run_sync_soon: that would crash it
+                log.exception("%s: answering question %s failed", self.name, question.id)
+                outcome = DelegationError(
+                    code=ErrorCode.INTERNAL_ERROR,
+                    message=f"The answer could not be given: {type(exc).__name__}.",
+                )
+
+        def settle() -> None:
+            if not future.done():
+                future.set_result(outcome)
+
+        with contextlib.suppress(RuntimeError):  # the asyncio loop is closed: nobody waits
+            self._loop.call_soon_threadsafe(settle)
+
     def _answer_in_trio(self, question_id: str, text: str) -> None:
         if self._answer is not None and self._answer[0] == question_id:
             self._answer[2].append(text)
@@ -571,6 +705,18 @@ class ParentRunThread:
             self._cancel_in_trio(cancel_reason)
 
 
+def _waits_for_answers(run: Run, agent_key: str) -> bool:
+    """Whether a delegation to `agent_key` waits for answers to its questions (its policy
+    surfaces them and its target can take input), as the engine's own delegation decides."""
+    try:
+        spec = run.registry.lookup(agent_key)
+    except DelegationError:
+        return False
+    return (
+        spec.policy.input_required == InputRequiredMode.SURFACE and spec.target.capabilities.input
+    )
+
+
 # -- the executor (asyncio) ---------------------------------------------------------------------
 
 
@@ -585,6 +731,10 @@ class _ServedTask:
     concluded: asyncio.Event = attrs.field(factory=asyncio.Event)
     #: The question the task is input-required for (its id), while it waits for the answer.
     waiting: str | None = None
+    #: That question, when it is one of the run's delegations' (else `ask_requester`'s).
+    question: Question | None = None
+    #: Delegation questions that closed (their ids), newest last.
+    closed: OrderedDict[str, None] = attrs.field(factory=OrderedDict)
     #: Set when the current request's part is over: the task turned input-required.
     paused: asyncio.Event = attrs.field(factory=asyncio.Event)
     #: The relay of the run's events into the task, from the first message to the terminal.
@@ -619,7 +769,9 @@ class ParentAgentExecutor(ServedExecutor):
 
     def check_follow_up(self, task_id: str, context_id: str | None, message: Message) -> str:
         """Refuse a message to an existing task unless the task waits for input, the message
-        names the task's context (or none) and has text; the task's context id otherwise."""
+        names the task's context (or none), has text (or, for a delegation's question, a data
+        part with a JSON object) and names no other question than the one waiting; the task's
+        context id otherwise."""
         served = self._tasks.get(task_id)
         if served is None or served.waiting is None:
             raise UnsupportedOperationError(
@@ -631,7 +783,20 @@ class ParentAgentExecutor(ServedExecutor):
             raise InvalidParamsError(
                 message=f"The message's contextId is not the context of task {task_id[:64]}."
             )
-        if not any(part.text.strip() for part in message.parts if part.HasField("text")):
+        named = _named_question(message)
+        if named is not None and named != served.waiting:
+            raise InvalidParamsError(
+                message=f"The message answers question {named[:128]!r}, but the task waits "
+                f"for {served.waiting[:128]!r}."
+            )
+        has_text = any(part.text.strip() for part in message.parts if part.HasField("text"))
+        if served.question is not None:
+            if not has_text and _answer_data(message) is None:
+                raise InvalidParamsError(
+                    message="The answer has no text and no data (a JSON object); the task "
+                    "still waits."
+                )
+        elif not has_text:
             raise InvalidParamsError(message="The answer has no text; the task still waits.")
         return served.mapper.context_id
 
@@ -705,6 +870,9 @@ class ParentAgentExecutor(ServedExecutor):
             # between its check and now: there is nothing left to answer.
             log.info("task %s: a follow-up came after its question was settled", task_id)
             return
+        if served.question is not None:
+            await self._answer_question(served, served.question, context, event_queue)
+            return
         text = context.get_user_input()
         if len(text) > MAX_ANSWER_CHARS:
             cut = len(text) - MAX_ANSWER_CHARS
@@ -715,8 +883,58 @@ class ParentAgentExecutor(ServedExecutor):
             served.waiting = None
             served.paused = asyncio.Event()
             held, served.held = served.held, []
-            for update in [*served.mapper.resume(), *served.mapper.feed(held)]:
+            for update in [*served.mapper.resume(), *self._map_batch(served, held)]:
                 await event_queue.enqueue_event(update)
+            if served.waiting is not None:
+                served.paused.set()  # a question held meanwhile is surfaced now
+        await self._until_paused_or_ended(served)
+
+    async def _answer_question(
+        self,
+        served: _ServedTask,
+        question: Question,
+        context: RequestContext,
+        event_queue: EventQueue,
+    ) -> None:
+        """A follow-up answers a delegation's question: `Run.answer` on the task's thread. A
+        refused answer (`answer_invalid`) leaves the task waiting, saying why; a taken one, or
+        a question that closed meanwhile, takes it back to working and streams on."""
+        message = context.message
+        text = context.get_user_input().strip() or None
+        if text is not None and len(text) > MAX_ANSWER_CHARS:
+            text = text[:MAX_ANSWER_CHARS]  # a schema may ask for a short text: cut, not noted
+        data = _answer_data(message) if message is not None else None
+        async with served.lock:
+            if served.waiting != question.id:
+                return  # it closed meanwhile: the relay resumed the task
+            outcome: Question | DelegationError
+            try:
+                outcome = await asyncio.wait_for(
+                    served.thread.answer_question(question, text, data, _requester(context)),
+                    ANSWER_HANDOFF_TIMEOUT,
+                )
+            except TimeoutError:
+                outcome = DelegationError(
+                    code=ErrorCode.INTERNAL_ERROR, message="The run did not take the answer."
+                )
+            if served.waiting != question.id:
+                return  # the task ended meanwhile (cancelled)
+            note: str | None = None
+            if isinstance(outcome, DelegationError):
+                if outcome.code == ErrorCode.ANSWER_INVALID:
+                    for update in served.mapper.ask(question, refused=outcome.message):
+                        await event_queue.enqueue_event(update)
+                    return
+                # Closed another way meanwhile, or its delegation ended: nothing waits for it.
+                note = f"The answer was not needed: {outcome.message}"
+            _remember_closed(served, question.id)
+            served.waiting = served.question = None
+            served.paused = asyncio.Event()
+            held, served.held = served.held, []
+            for update in [*served.mapper.resume(note), *self._map_batch(served, held)]:
+                await event_queue.enqueue_event(update)
+            if served.waiting is not None:
+                served.paused.set()  # a question held meanwhile is surfaced now
         await self._until_paused_or_ended(served)
 
     async def _until_paused_or_ended(self, served: _ServedTask) -> None:
@@ -765,7 +983,7 @@ class ParentAgentExecutor(ServedExecutor):
                 for update in updates:
                     await queue.enqueue_event(update)
                 if mapper.done:
-                    served.waiting = None
+                    served.waiting = served.question = None
                 elif served.waiting is not None:
                     served.paused.set()
             if isinstance(item, _Ended):
@@ -774,16 +992,21 @@ class ParentAgentExecutor(ServedExecutor):
         served.concluded.set()
 
     def _map_batch(self, served: _ServedTask, batch: list[DelegationEvent]) -> list[A2AUpdate]:
-        """The updates of one batch, with the requester's questions (those the thread really
-        has open: a parent's own custom event cannot pose as one) as input-required and a
-        wait that ended unanswered as working again. While a question is open, what the run
-        journals meanwhile (a CLI reports the call it is blocked in only after the call
-        reached us, say) is held, not mapped: mapped, it would turn the task `working` while it
-        waits, and go to no request's stream. The answer (`_continue`) or the end of the wait
-        releases it after the task turned `working` again; a run terminal releases it too."""
+        """The updates of one batch, with the questions the run waits answers for as
+        input-required: the requester's (those the thread really has open: a parent's own
+        custom event cannot pose as one) and its delegations' (those the thread `waits_for`);
+        a wait that ended unanswered, or a delegation's question that closed another way, as
+        working again. While a question is open, what the run journals meanwhile (a CLI
+        reports the call it is blocked in only after the call reached us, say; another
+        question) is held, not mapped: mapped, it would turn the task `working` while it
+        waits, and go to no request's stream. Once the question is settled (`_continue`, the
+        end of the wait, its close) what was held is mapped as if it came now, so a question
+        held is surfaced then; a run terminal releases it too."""
         mapper, out = served.mapper, list[A2AUpdate]()
         pending: list[DelegationEvent] = []
-        for event in batch:
+        events = deque(batch)
+        while events:
+            event = events.popleft()
             if event.kind == Kind.PARENT_CUSTOM and event.name == QUESTION_EVENT:
                 question_id = event.message_id
                 if (
@@ -800,12 +1023,35 @@ class ParentAgentExecutor(ServedExecutor):
                 event.kind == Kind.PARENT_CUSTOM
                 and event.name == NO_ANSWER_EVENT
                 and served.waiting is not None
+                and served.question is None
                 and served.waiting == event.message_id
             ):
                 out += mapper.resume(event.text)
                 served.waiting = None
-                pending, served.held = served.held, []
+                events.extendleft(reversed(served.held))
+                served.held = []
                 continue
+            elif event.kind == Kind.INPUT_REQUIRED and event.question is not None:
+                question = event.question
+                if (
+                    served.waiting is None
+                    and question.id not in served.closed
+                    and served.thread.waits_for(question.id)
+                ):
+                    out += mapper.feed(pending)
+                    pending = []
+                    out += mapper.ask(question)
+                    served.waiting, served.question = question.id, question
+                    continue
+            elif event.kind == Kind.INPUT_CLOSED and event.question is not None:
+                closed = event.question
+                _remember_closed(served, closed.id)
+                if served.question is not None and served.waiting == closed.id:
+                    out += mapper.resume(_closed_note(closed))
+                    served.waiting = served.question = None
+                    events.extendleft(reversed(served.held))
+                    served.held = []
+                    continue
             if served.waiting is None:
                 pending.append(event)
             elif event.kind in Kind.RUN_TERMINALS:
@@ -835,7 +1081,7 @@ class ParentAgentExecutor(ServedExecutor):
                 reason = f"{CANCEL_REASON} The parent agent is still stopping."
                 for update in served.mapper.conclude("canceled", reason):
                     await event_queue.enqueue_event(update)
-                served.waiting = None
+                served.waiting = served.question = None
             served.concluded.set()
 
     async def aclose(self, grace: float = SHUTDOWN_TIMEOUT) -> int:
@@ -861,6 +1107,61 @@ class ParentAgentExecutor(ServedExecutor):
         if left:
             log.error("%d parent run thread(s) did not stop within %.0f s", left, grace)
         return left
+
+
+def _remember_closed(served: _ServedTask, question_id: str) -> None:
+    served.closed[question_id] = None
+    while len(served.closed) > CLOSED_QUESTIONS_KEPT:
+        served.closed.popitem(last=False)
+
+
+def _closed_note(question: Question) -> str:
+    """What the task's `working` status says when a question closed without this task's
+    answer."""
+    if question.outcome == QuestionOutcome.ANSWERED:
+        who = f" by {question.answered_by}" if question.answered_by else ""
+        return f"The question was answered via {question.surface or 'another surface'}{who}."
+    if question.outcome == QuestionOutcome.EXPIRED:
+        return "The question expired unanswered."
+    if question.outcome == QuestionOutcome.DECLINED:
+        return "The question was declined."
+    return "The question was withdrawn: its delegation ended."
+
+
+def _answer_data(message: Message) -> dict[str, Any] | None:
+    """The first data part of `message` that is a JSON object (an answer's `data`)."""
+    for part in message.parts:
+        if part.HasField("data") and part.data.HasField("struct_value"):
+            value = json_format.MessageToDict(part.data.struct_value)
+            if isinstance(value, dict):
+                return value
+    return None
+
+
+def _named_question(message: Message) -> str | None:
+    """The question id a follow-up says it answers (`{"subagentEngine": {"questionId"}}`)."""
+    if METADATA_KEY not in message.metadata:
+        return None
+    ours = message.metadata[METADATA_KEY]
+    if not isinstance(ours, struct_pb2.Struct) or "questionId" not in ours:
+        return None
+    named = ours["questionId"]
+    return named if isinstance(named, str) and named else None
+
+
+def _requester(context: RequestContext) -> str:
+    """Who answers, as a label (`answered_by`, shown, never trusted): the authenticated user,
+    else the caller's `x-user-id` header, else `ANONYMOUS_REQUESTER`."""
+    call = context.call_context
+    if call is None:
+        return ANONYMOUS_REQUESTER
+    if call.user.is_authenticated and call.user.user_name:
+        return call.user.user_name
+    headers = call.state.get("headers")
+    named = headers.get("x-user-id") if isinstance(headers, dict) else None
+    if isinstance(named, str) and named.strip():
+        return f"{named.strip()} (x-user-id)"
+    return ANONYMOUS_REQUESTER
 
 
 class _FollowUpGate(RequestContextBuilder):
