@@ -34,6 +34,17 @@ before it, because the same text chunk twice ("\\n", "\\n") is ordinary streamed
 After an answer to an input request, `resume()` forgets the last status so that the same
 question asked again is heard again.
 
+Nested questions. An interrupted status whose message says it asks (metadata
+`{"subagentEngine": {"kind": "question"}}`, as `subagent-engine a2a-serve` writes for a
+question of one of its own delegations) and carries the question as a data part
+(`adapters.a2a._serve_mapping.question_data`) keeps who asks: the update's `response_schema`
+and `auth_url` come from it, and `remote_lineage` is the remote's lineage (its delegation id,
+then its nested subagents down to the asker), so that the engine's question names the asker
+below this delegation; `raw["question"]` keeps the remote's question id, delegation, agent and
+asker (bounded), and `remote_question_id` the id an answer names (`answer_metadata`). Anything
+else in that part that is not of the expected type is ignored, never a malformed payload: the
+question is still asked, with what could be read.
+
 Holding text (`hold_text=True`, for a caller that can release it later). A streamed text chunk
 of an artifact already open, that is not its last, yields nothing: its text is held, and joined
 with the chunks of the same artifact that follow into one delta, given out by `release()` or in
@@ -75,7 +86,7 @@ from google.protobuf import message as proto_message  # type: ignore[import-unty
 
 from engine import ArtifactRef, DelegationError, ErrorCode, Kind, TargetUpdate
 
-__all__ = ["DEFAULT_TEXT_ARTIFACT_NAMES", "A2AEventMapper", "status_of"]
+__all__ = ["DEFAULT_TEXT_ARTIFACT_NAMES", "A2AEventMapper", "answer_metadata", "status_of"]
 
 #: Artifact names that carry the remote's streamed assistant text.
 DEFAULT_TEXT_ARTIFACT_NAMES: Final = frozenset({"assistant-output", "assistant_output", "response"})
@@ -88,6 +99,16 @@ TRACKED_MESSAGES: Final = 1024
 MAX_CARRIED_JSON_BYTES: Final = 4096
 #: A remote failure message is cut to this many characters.
 MAX_ERROR_CHARS: Final = 500
+#: The metadata key and kind by which a status says it asks a question (camelCase, as A2A's
+#: JSON; written by `adapters.a2a._serve_mapping`).
+QUESTION_METADATA_KEY: Final = "subagentEngine"
+QUESTION_KIND: Final = "question"
+#: A nested question's lineage: at most this many ids (the nearest the asker kept), each at
+#: most this many characters; a longer id is left out of it.
+MAX_REMOTE_LINEAGE: Final = 64
+MAX_REMOTE_ID_CHARS: Final = 256
+#: The largest response schema carried from a remote's question (as JSON bytes).
+MAX_REMOTE_SCHEMA_BYTES: Final = 64 * 1024
 
 _STATUS_OF: Final[dict[int, str]] = {
     TaskState.TASK_STATE_SUBMITTED: "submitted",
@@ -225,6 +246,9 @@ class A2AEventMapper:
         self._artifacts: OrderedDict[str, _ArtifactProgress] = OrderedDict()
         self._messages = _RecentKeys(TRACKED_MESSAGES)
         self._anonymous_messages = 0
+        #: The remote's id of the question its last interrupted status asked (see the module
+        #: docstring), None if it named none: what an answer says it answers.
+        self.remote_question_id: str | None = None
 
     # -- public surface -----------------------------------------------------------------------
 
@@ -497,6 +521,16 @@ class A2AEventMapper:
             "raw": _status_raw(status, message),
         }
         if name in _INTERRUPTED:
+            asked = _remote_question(message) if message is not None else None
+            self.remote_question_id = None
+            if asked is not None:
+                self.remote_question_id = asked.pop("questionId", None)
+                fields["response_schema"] = asked.pop("responseSchema", None)
+                fields["auth_url"] = asked.pop("authUrl", None)
+                fields["remote_lineage"] = tuple(asked.pop("lineage", ()))
+                if self.remote_question_id is not None:
+                    asked["questionId"] = self.remote_question_id
+                fields["raw"] = {**(fields["raw"] or {}), "question": asked}
             return [self._update(Kind.INPUT_REQUIRED, text=text, **fields)]
         if name == "completed":
             self.terminal_state = name
@@ -807,6 +841,62 @@ def _status_raw(status: TaskStatus, message: Message | None) -> dict[str, Any] |
             else:
                 raw["status_data"] = [json.loads(v) for v in values if v is not None]
     return raw or None
+
+
+def _remote_question(message: Message) -> dict[str, Any] | None:
+    """What a status message that asks a question says of it (see the module docstring), or
+    None if it is no such message: `questionId`, `delegationId`, `agentKey`, `agentName`,
+    `asker`, `reason` (bounded ids), `lineage` (a list of them), `responseSchema` (an object),
+    `authUrl` (an http(s) URL), each only when present and well-typed."""
+    if QUESTION_METADATA_KEY not in message.metadata:
+        return None
+    ours = message.metadata[QUESTION_METADATA_KEY]
+    if not isinstance(ours, struct_pb2.Struct) or not _is_question(ours):
+        return None
+    part = next(
+        (
+            p
+            for p in message.parts
+            if p.WhichOneof("content") == "data"
+            and p.data.WhichOneof("kind") == "struct_value"
+            and _is_question(p.data.struct_value)
+        ),
+        None,
+    )
+    if part is None:
+        return None
+    try:
+        value = json_format.MessageToDict(part.data.struct_value)
+    except (ValueError, RecursionError):
+        return None
+    asked: dict[str, Any] = {}
+    for key in ("questionId", "delegationId", "agentKey", "agentName", "asker", "reason"):
+        item = value.get(key)
+        if isinstance(item, str) and item and len(item) <= MAX_REMOTE_ID_CHARS:
+            asked[key] = item
+    lineage = value.get("lineage")
+    if isinstance(lineage, list):
+        ids = [i for i in lineage if isinstance(i, str) and i and len(i) <= MAX_REMOTE_ID_CHARS]
+        asked["lineage"] = ids[-MAX_REMOTE_LINEAGE:]
+    schema = value.get("responseSchema")
+    if isinstance(schema, dict) and schema:
+        size = len(json.dumps(schema, separators=(",", ":"), ensure_ascii=False).encode())
+        if size <= MAX_REMOTE_SCHEMA_BYTES:
+            asked["responseSchema"] = schema
+    auth_url = value.get("authUrl")
+    if isinstance(auth_url, str) and auth_url.startswith(("https://", "http://")):
+        asked["authUrl"] = auth_url[:2048]
+    return asked
+
+
+def _is_question(struct: struct_pb2.Struct) -> bool:
+    return "kind" in struct and struct["kind"] == QUESTION_KIND
+
+
+def answer_metadata(question_id: str | None) -> dict[str, Any]:
+    """The metadata of an answer message naming the remote question it answers (so that a
+    remote that asked another meanwhile refuses it rather than taking it as that one's)."""
+    return {QUESTION_METADATA_KEY: {"questionId": question_id}} if question_id else {}
 
 
 def _truncate(text: str) -> str:

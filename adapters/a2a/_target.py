@@ -6,7 +6,8 @@ the card's origin and explicitly trusted origins, and one `TargetSession` per de
 sends the task (streaming, or `return_immediately` for agents that cannot stream), resubscribes,
 polls `GetTask` (also to check a terminal the remote claimed before it announced its task, when
 the stream then ends without the task's own end), continues after input-required with the same
-task and context ids, and cancels
+task and context ids (the answer's message names the remote's question when the remote named
+one, as `subagent-engine a2a-serve` does for its delegations' questions), and cancels
 with `CancelTask` (tenant and structured metadata included), from a session or, for a process
 that died, from the task id alone (`A2ATarget.cancel_remote`). The translation of what the remote
 says into engine updates is `adapters.a2a._mapping` (sans-IO); this module only moves bytes.
@@ -74,7 +75,7 @@ from adapters._remote_http import (
     valid_frame_limit,
 )
 from adapters.a2a._card import CardInfo, validate_card
-from adapters.a2a._mapping import A2AEventMapper
+from adapters.a2a._mapping import A2AEventMapper, answer_metadata
 from adapters.agent_protocols import AgentProtocol, AgentSettings
 from engine import (
     AgentDescription,
@@ -644,20 +645,32 @@ class _A2ASession:
         if context_id and self.context_id is None:
             self.context_id = context_id
 
-    async def _send(self, parts: Sequence[Part], emit: Emit, doing: str) -> None:
+    async def _send(
+        self,
+        parts: Sequence[Part],
+        emit: Emit,
+        doing: str,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
         self._message_sent = True  # from here on the remote may hold a task we cannot name yet
         try:
-            await self._send_once(parts, emit, doing, stream=self.streaming)
+            await self._send_once(parts, emit, doing, stream=self.streaming, metadata=metadata)
         except _StreamingRefused as refused:
             if not self._task.policy.fallback_to_polling:
                 raise refused.error from None
             # The card said it streams, the remote refused: send again and poll instead.
             self.streaming = False
             self._mapper.streaming = False
-            await self._send_once(parts, emit, doing, stream=False)
+            await self._send_once(parts, emit, doing, stream=False, metadata=metadata)
 
     async def _send_once(
-        self, parts: Sequence[Part], emit: Emit, doing: str, *, stream: bool
+        self,
+        parts: Sequence[Part],
+        emit: Emit,
+        doing: str,
+        *,
+        stream: bool,
+        metadata: Mapping[str, Any] | None = None,
     ) -> None:
         config = self._target.config
         message = Message(
@@ -667,6 +680,8 @@ class _A2ASession:
             task_id=self.task_id or "",
             context_id=self.context_id or "",
         )
+        if metadata:
+            message.metadata.update(dict(metadata))
         request = SendMessageRequest(
             tenant=config.tenant or "",
             message=message,
@@ -770,8 +785,11 @@ class _A2ASession:
             value = Value()
             value.struct_value.update(dict(answer.data))
             parts.append(Part(data=value))
+        # Naming the remote's question (when it named one: a nested question from another
+        # engine) lets the remote refuse an answer meant for a question it no longer asks.
+        metadata = answer_metadata(self._mapper.remote_question_id)
         self._mapper.resume()
-        await self._send(parts or [Part(text="")], emit, "sending the answer")
+        await self._send(parts or [Part(text="")], emit, "sending the answer", metadata)
 
     async def cancel(self) -> bool:
         if self.task_id is None:
