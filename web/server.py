@@ -9,7 +9,12 @@ Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stre
   run (the parent's events and every delegation's, one ordered stream, AG-UI 1.0 events from
   `adapters.agui` in the run's visibility mode), the last event of each journal entry with
   `id: <cursor>`. The run id and its viewer token come back in `X-Run-Id` / `X-Viewer-Token`.
-  Closing this request stops the run (an AG-UI client aborts a run by disconnecting).
+  Closing this request stops the run (an AG-UI client aborts a run by disconnecting). A
+  subagent's question ends the stream at an AG-UI interrupt while the run waits (every mode but
+  `custom`; `forwardedProps.interrupts: false` keeps it open), and a `RunAgentInput` on the same
+  `threadId` with `resume` entries answers it and streams the same run on from there
+  (`AguiStreamEncoder.suspend` / `resume`, `ResumedEncoder`; AG-UI 1.0 "Interrupts and Resume",
+  https://docs.ag-ui.com/spec/1.0/basic/patterns/interrupt-resume).
 - `POST /runs`: start a run and answer at once with `{run_id, viewer_token, events_url}`; the
   page uses this, then watches with GET so that a dropped connection is only a reconnect.
 - `GET /runs/<id>/events`: the run's stream after `Last-Event-ID` (or `?after=`), then live. A
@@ -77,9 +82,11 @@ from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol, TextIO, TypeVar
 
 import attrs
+import jsonschema  # type: ignore[import-untyped]
+import jsonschema.exceptions  # type: ignore[import-untyped]
 import pydantic
 import trio
-from ag_ui.core import RunAgentInput, TextPart, UserMessage
+from ag_ui.core import ResumeEntry, RunAgentInput, TextPart, UserMessage
 from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -106,10 +113,14 @@ from adapters.listener import (
 )
 from adapters.parents import ParentAgent
 from engine import (
+    AnswerSurface,
     DelegationError,
     Engine,
+    ErrorCode,
+    InputExpiry,
     JournalEntry,
     JournalTail,
+    Question,
     Run,
     RunJournal,
     SharedRunArchive,
@@ -177,6 +188,16 @@ class HttpError(Refusal):
     """A route's refusal: the status, a machine-readable error and a message."""
 
 
+@attrs.frozen
+class AguiSuspension:
+    """Where a `POST /agui` stream ended at an interrupt (AG-UI 1.0 `RUN_FINISHED` with an
+    `interrupt` outcome) while the engine's run went on: the last journal cursor that stream
+    carried and the open questions it ended at, in the order its interrupts list them."""
+
+    cursor: int
+    questions: tuple[Question, ...]
+
+
 @attrs.define(eq=False)
 class HostedRun:
     run_id: str
@@ -197,6 +218,13 @@ class HostedRun:
     archived_journal: RunJournal | None = None
     #: The node that owns an archived run (its record's `node`).
     owner: str = ""
+    #: Where each of its `POST /agui` streams ended at an interrupt, oldest first (the last:
+    #: where the stream that resumes it goes on from, `ResumedEncoder`).
+    agui_suspensions: list[AguiSuspension] = attrs.field(factory=list)
+    #: Its last `POST /agui` stream ended at an interrupt that no resume has answered yet.
+    agui_paused: bool = False
+    #: The `POST /agui` stream serving it now (a token; None: none is).
+    agui_stream: object | None = None
 
     @property
     def over(self) -> bool:
@@ -457,6 +485,49 @@ class RunHost:
         hosted = self._runs.get(run_id)
         return hosted if hosted is not None and hosted.archived_journal is None else None
 
+    def paused_on_thread(self, thread_id: str) -> HostedRun:
+        """The live run of AG-UI thread `thread_id` whose `POST /agui` stream ended at an
+        interrupt, for a resume to continue: 409 `stream_live` while a `POST /agui` stream of
+        that thread still runs, 404 `no_live_run` when no live run of the thread waits."""
+        live = [
+            hosted
+            for hosted in self._runs.values()
+            if hosted.thread_id == thread_id and hosted.archived_journal is None and not hosted.over
+        ]
+        if any(hosted.agui_stream is not None for hosted in live):
+            raise HttpError(
+                409, "stream_live", "A stream of this thread is still live; resume after it ends."
+            )
+        paused = [hosted for hosted in live if hosted.agui_paused and hosted.run is not None]
+        if not paused:
+            raise HttpError(404, "no_live_run", "No live run of this thread waits for a resume.")
+        return paused[-1]
+
+    def refuse_unanswered(self, thread_id: str | None) -> None:
+        """409 `interrupt_pending` when a live run of `thread_id` waits on open interrupts of
+        its `POST /agui` stream: AG-UI's next run on that thread is the resume that answers
+        them (https://docs.ag-ui.com/concepts/interrupts)."""
+        if thread_id is None:
+            return
+        for hosted in self._runs.values():
+            if (
+                hosted.thread_id != thread_id
+                or not hosted.agui_paused
+                or hosted.run is None
+                or hosted.over
+                or not hosted.agui_suspensions
+            ):
+                continue
+            asked = {question.id for question in hosted.agui_suspensions[-1].questions}
+            pending = sorted(asked & {question.id for question in hosted.run.questions()})
+            if pending:
+                raise HttpError(
+                    409,
+                    "interrupt_pending",
+                    "This thread's run waits on interrupts; resume it with an answer for each "
+                    f"(RunAgentInput.resume): {', '.join(pending)[:400]}.",
+                )
+
     def runs_named(self, agui_run_id: str) -> list[HostedRun]:
         """The hosted runs whose callers named them `agui_run_id` (callers choose these, so
         several may share one): what ties a caller's AG-UI run id to the runs here."""
@@ -554,6 +625,8 @@ async def open_stream(
     keepalive: float,
     idle: Out | None = None,
     preamble: Out | None = None,
+    opening: Callable[[], list[Frame]] | None = None,
+    closing: Callable[[Sequence[JournalEntry]], list[Frame] | None] | None = None,
 ) -> AsyncIterator[Out]:
     """A viewer's stream: the journal after `after`, then live, ending after the run's terminal;
     each batch of entries translated once into frames by `encoder` and written by `write`
@@ -563,7 +636,10 @@ async def open_stream(
     iterated holds nothing) and first feeds the encoder the entries up to `after` (their frames
     discarded), so a reconnecting viewer's stream continues in the state the old one left.
     `preamble` (the SSE `retry:` field) goes out first; `idle` (the SSE keep-alive comment), if
-    given, whenever the run has been quiet for `keepalive` seconds."""
+    given, whenever the run has been quiet for `keepalive` seconds. `opening`, if given, is
+    called once the history is replayed and its frames go out next (a resumed stream's
+    RUN_STARTED); `closing`, if given, is called after each batch is translated, and frames it
+    returns end the stream with that batch (an interrupt) although the run goes on."""
     journal = hosted.archived_journal or host.engine.journal(hosted.run_id)
     if journal is None:
         raise HttpError(404, "unknown_run", "The run's journal is no longer kept.")
@@ -577,7 +653,9 @@ async def open_stream(
         # Live on another node: follow its journal in the shared store.
         wait = functools.partial(archive.wait_entries, hosted.run_id)
         tail = JournalTail(journal.store, after or 0, wait, wait_timeout=keepalive)
-    return _stream(journal, after, encoder, write, keepalive, idle, preamble, tail)
+    return _stream(
+        journal, after, encoder, write, keepalive, idle, preamble, tail, opening, closing
+    )
 
 
 async def _stream(
@@ -589,6 +667,8 @@ async def _stream(
     idle: Out | None,
     preamble: Out | None,
     tail: JournalTail | None = None,
+    opening: Callable[[], list[Frame]] | None = None,
+    closing: Callable[[Sequence[JournalEntry]], list[Frame] | None] | None = None,
 ) -> AsyncIterator[Out]:
     subscription: Subscription | JournalTail = tail or journal.subscribe(after)
     try:
@@ -600,6 +680,10 @@ async def _stream(
                     encoder.frames(entry)
             if preamble is not None:
                 yield preamble
+            if opening is not None:
+                opened = opening()
+                if opened:
+                    yield write(opened)
             while True:
                 batch: list[JournalEntry] = []
                 with trio.move_on_after(keepalive):
@@ -612,6 +696,10 @@ async def _stream(
                         yield idle
                     continue
                 frames = encoder.frames_batch(batch)
+                last = closing(batch) if closing is not None else None
+                if last:
+                    yield write(frames + last)
+                    return
                 if frames:
                     yield write(frames)
     except OSError as exc:
@@ -744,24 +832,141 @@ def create_app(
 
     @app.post("/agui")
     async def agui() -> Response:
-        hosted = await start_hosted()
-        encoder = _encoder(encoder_factory, hosted, hosted.mode, request.args.get("format"))
-        stream = await sse_stream(hosted, None, encoder)
+        """A new run, or (`resume` entries) the continuation of the thread's run whose last
+        `POST /agui` stream ended at an interrupt (see `_read_resume`)."""
+        require_host_token()
+        document = await read_json()
+        prompt, thread_id, agui_run_id, mode = _read_run_input(document, request.args.get("mode"))
+        wire_format = _format(request.args.get("format"))  # refused before the run starts
+        resume = _read_resume(document)
+        if resume:
+            if wire_format != "agui":
+                raise HttpError(400, "bad_resume", "A resumed stream is AG-UI (no ?format=).")
+            return await resume_agui(document, resume, thread_id, agui_run_id)
+        host.refuse_unanswered(thread_id)
+        hosted = await host.start(prompt, thread_id=thread_id, agui_run_id=agui_run_id, mode=mode)
+        encoder = _encoder(encoder_factory, hosted, hosted.mode, wire_format)
+        interrupting = _interrupting(document, hosted.mode, encoder)
+        response = await agui_stream(hosted, None, encoder, interrupting)
+        # The caller started the run and needs its token to watch it again after a drop.
+        response.headers["x-viewer-token"] = hosted.viewer_token
+        return response
+
+    async def resume_agui(
+        document: dict[str, Any],
+        entries: list[ResumeEntry],
+        thread_id: str | None,
+        agui_run_id: str | None,
+    ) -> Response:
+        """Answer the interrupts the thread's run stopped its last `POST /agui` stream at, then
+        stream that run on from where that stream ended. Every refusal comes before anything
+        is answered or streamed (but a question another surface closes meanwhile)."""
+        if thread_id is None:
+            raise HttpError(400, "bad_resume", "A resume names the thread it continues: threadId.")
+        hosted = host.paused_on_thread(thread_id)
+        run = hosted.run
+        assert run is not None  # (paused_on_thread)
+        encoder = _encoder(encoder_factory, hosted, hosted.mode, None)
+        if not isinstance(encoder, AguiStreamEncoder):
+            raise HttpError(409, "resume_unsupported", "This server's streams cannot resume.")
+        plan = _resume_plan(entries, hosted, run.questions())
+        answered_by = _answered_by(document)
+        for entry, question, text, data in plan:
+            try:
+                if entry.status == "cancelled":
+                    run.decline(
+                        question.delegation_id,
+                        question_id=question.id,
+                        then=InputExpiry.RETURN,
+                        surface=AnswerSurface.AGUI_RESUME,
+                        answered_by=answered_by,
+                    )
+                else:
+                    run.answer(
+                        question.delegation_id,
+                        text=text,
+                        data=data,
+                        question_id=question.id,
+                        surface=AnswerSurface.AGUI_RESUME,
+                        answered_by=answered_by,
+                    )
+            except DelegationError as exc:
+                if entry.status == "cancelled" and exc.code in _NOTHING_TO_DECLINE:
+                    continue  # it closed meanwhile: there is nothing left to give up
+                raise answer_refusal(exc) from None
+        hosted.agui_paused = False
+        suspension = hosted.agui_suspensions[-1]
+        resumes = len(hosted.agui_suspensions)
+        new_run_id = agui_run_id or f"{hosted.agui_run_id}-resume-{resumes}"
+        resumed = ResumedEncoder(encoder, suspension, new_run_id)
+        interrupting = _interrupting(document, hosted.mode, encoder)
+        try:
+            return await agui_stream(
+                hosted, suspension.cursor, resumed, interrupting, opening=resumed.opening
+            )
+        except RunOver:
+            raise HttpError(404, "no_live_run", "The run ended before its resume.") from None
+
+    async def agui_stream(
+        hosted: HostedRun,
+        after: int | None,
+        encoder: StreamEncoder,
+        interrupting: AguiStreamEncoder | None,
+        *,
+        opening: Callable[[], list[Frame]] | None = None,
+    ) -> Response:
+        """A `POST /agui` answer: the run's stream after `after`, ending at the run's terminal
+        or, when `interrupting` (the stream's AG-UI encoder) is given, at the first open
+        question it shows (`AguiStreamEncoder.suspend`; the run goes on and waits for a
+        resume). The client closing it early stops the run (AG-UI's way to abort)."""
+        token = object()
+        suspended = False
+
+        def at_interrupt(batch: Sequence[JournalEntry]) -> list[Frame] | None:
+            nonlocal suspended
+            run = hosted.run
+            if interrupting is None or run is None or not interrupting.open_questions:
+                return None
+            still_open = {question.id for question in run.questions()}
+            asked = [q for q in interrupting.open_questions if q.id in still_open]
+            frames = interrupting.suspend(asked) if asked else []
+            if not frames:
+                return None
+            hosted.agui_suspensions.append(AguiSuspension(batch[-1].cursor, tuple(asked)))
+            hosted.agui_paused = suspended = True
+            if hosted.agui_stream is token:
+                hosted.agui_stream = None
+            return frames
+
+        stream = await open_stream(
+            host,
+            hosted,
+            after,
+            encoder,
+            sse_bytes,
+            keepalive=keepalive,
+            idle=KEEPALIVE,
+            preamble=retry_field,
+            opening=opening,
+            closing=at_interrupt if interrupting is not None else None,
+        )
 
         async def body() -> AsyncIterator[bytes]:
             finished = False
+            hosted.agui_stream = token
             try:
                 async for chunk in stream:
                     yield chunk
                 finished = True
             finally:
-                if not finished:  # the client went away: an AG-UI client's way to stop
+                if hosted.agui_stream is token:
+                    hosted.agui_stream = None
+                if not finished and not suspended:
+                    # The client went away: an AG-UI client's way to stop (not after the
+                    # interrupt it was sent: the run waits for the resume).
                     host.stop(hosted, "The client closed the run's stream.")
 
-        response = sse_response(hosted, body())
-        # The caller started the run and needs its token to watch it again after a drop.
-        response.headers["x-viewer-token"] = hosted.viewer_token
-        return response
+        return sse_response(hosted, body())
 
     @app.post("/runs")
     async def start_run() -> Response:
@@ -1016,6 +1221,158 @@ def _read_run_input(
     if mode is not None:
         mode = _mode(mode, mode)
     return prompt, ids[0], ids[1], mode
+
+
+#: At most this many entries in one `RunAgentInput.resume`.
+MAX_RESUME_ENTRIES: Final = 64
+#: Refusals that leave a `cancelled` resume entry nothing to do (its question closed already).
+_NOTHING_TO_DECLINE: Final = frozenset({ErrorCode.QUESTION_CLOSED, ErrorCode.INVALID_INPUT})
+
+
+def _read_resume(document: Any) -> list[ResumeEntry]:
+    """The `resume` entries of a `RunAgentInput` (AG-UI 1.0, `ag_ui.core.ResumeEntry`: each
+    `{interruptId, status: resolved | cancelled, payload?}`), [] for none. A resolved entry's
+    `payload` is the answer: a string is its text, an object its data (checked against the
+    question's `responseSchema`); a cancelled one declines the question, and its delegation
+    ends `input_required` for the parent model to decide (`Run.decline(then="return")`)."""
+    raw = document.get("resume") if isinstance(document, dict) else None
+    if raw is None:
+        return []
+    if not isinstance(raw, list) or len(raw) > MAX_RESUME_ENTRIES:
+        raise HttpError(
+            400, "bad_resume", f"resume must be a list of at most {MAX_RESUME_ENTRIES} entries."
+        )
+    try:
+        return [ResumeEntry.model_validate(item) for item in raw]
+    except pydantic.ValidationError as exc:
+        error = exc.errors(include_url=False, include_context=False, include_input=False)[0]
+        where = ".".join(str(part) for part in error["loc"])
+        raise HttpError(400, "bad_resume", f"resume {where}: {error['msg'][:200]}.") from None
+
+
+def _answer_of(entry: ResumeEntry) -> tuple[str | None, dict[str, Any] | None]:
+    """(text, data) of a resolved entry's payload, or a 400."""
+    payload = entry.payload
+    if isinstance(payload, str):
+        return payload, None
+    if isinstance(payload, dict):
+        return None, payload
+    raise HttpError(
+        400,
+        "bad_resume",
+        f"The payload resolving {entry.interrupt_id[:80]!r} must be a string or an object.",
+    )
+
+
+def _resume_plan(
+    entries: Sequence[ResumeEntry], hosted: HostedRun, open_now: Sequence[Question]
+) -> list[tuple[ResumeEntry, Question, str | None, dict[str, Any] | None]]:
+    """What a resume asks, checked before any of it is done: (entry, its question, text,
+    data), the entries for questions no longer open first (the engine refuses those without
+    changing anything). 400 `bad_resume` for an entry naming no interrupt of this run's
+    streams, an interrupt named twice, a payload that is no answer, or an open interrupt of
+    the last suspension left unanswered (AG-UI: a resume answers every open interrupt); 422
+    `answer_invalid` for an answer its question's schema refuses."""
+    known = {q.id: q for suspension in hosted.agui_suspensions for q in suspension.questions}
+    still_open = {question.id for question in open_now}
+    named: set[str] = set()
+    plan = []
+    for entry in entries:
+        iid = entry.interrupt_id
+        if iid in named:
+            raise HttpError(400, "bad_resume", f"Interrupt {iid[:80]!r} is answered twice.")
+        named.add(iid)
+        question = known.get(iid)
+        if question is None:
+            raise HttpError(
+                400, "bad_resume", f"{iid[:80]!r} names no interrupt of this thread's run."
+            )
+        text, data = _answer_of(entry) if entry.status == "resolved" else (None, None)
+        if entry.status == "resolved" and iid in still_open:
+            _check_answer(question, text, data)
+        plan.append((entry, question, text, data))
+    unanswered = [
+        q.id
+        for q in hosted.agui_suspensions[-1].questions
+        if q.id in still_open and q.id not in named
+    ]
+    if unanswered:
+        raise HttpError(
+            400,
+            "bad_resume",
+            f"A resume answers every open interrupt; unanswered: {', '.join(unanswered)[:400]}.",
+        )
+    plan.sort(key=lambda step: step[1].id in still_open)
+    return plan
+
+
+def _check_answer(question: Question, text: str | None, data: dict[str, Any] | None) -> None:
+    """422 `answer_invalid` for an answer the engine would refuse for `question` (blank, or not
+    what its `response_schema` describes, JSON Schema 2020-12), so that no entry of a resume is
+    answered while another is refused."""
+    if (text is None or not text.strip()) and not data:
+        reason, path = "An answer needs text (not blank) or data.", ""
+    else:
+        schema = question.response_schema
+        if schema is None:
+            return
+        try:
+            jsonschema.validate(dict(data) if data else text, schema)
+            return
+        except jsonschema.exceptions.ValidationError as exc:
+            reason = f"The answer does not match: {exc.message[:300]}"
+            path = "/".join(str(part) for part in exc.absolute_path)
+        except (jsonschema.exceptions.SchemaError, RecursionError):
+            return  # not the answer's fault: the engine does not hold it against the answer
+    details = {"question_id": question.id, "reason": reason, "path": path}
+    raise HttpError(422, ErrorCode.ANSWER_INVALID, reason, details=details)
+
+
+def _answered_by(document: Any) -> str | None:
+    """Who answers through a resume: `forwardedProps.answeredBy` (at most 200 characters)."""
+    props = document.get("forwardedProps") if isinstance(document, dict) else None
+    value = props.get("answeredBy") if isinstance(props, dict) else None
+    return value[:200] if isinstance(value, str) and value.strip() else None
+
+
+def _interrupting(document: Any, mode: str, encoder: StreamEncoder) -> AguiStreamEncoder | None:
+    """The encoder of a `POST /agui` stream that ends at a question (AG-UI interrupts), None
+    for one that does not. AG-UI streams in
+    every mode but `custom` (whose CUSTOM `subagent.interrupt` events leave the stream open,
+    answered through `POST /runs/<id>/answer`), unless the caller opts out with
+    `forwardedProps.interrupts: false` (its stream then stays open at a question, as the
+    `GET` streams do)."""
+    if mode == "custom" or not isinstance(encoder, AguiStreamEncoder):
+        return None
+    props = document.get("forwardedProps") if isinstance(document, dict) else None
+    if isinstance(props, dict) and props.get("interrupts") is False:
+        return None
+    return encoder
+
+
+class ResumedEncoder:
+    """The encoder of a `POST /agui` stream that resumes a run: fed the run's history up to
+    the interrupt its last `POST /agui` stream ended at, then suspended there with the same
+    questions, it is in the state that stream left (the encoder is deterministic); `opening`
+    gives the new stream's first frames: RUN_STARTED as AG-UI run `run_id` and the suspended
+    subagents announced again (`AguiStreamEncoder.resume`). Earlier interrupts of the run need
+    no replaying: a suspension closes only what the next one closes anyway, and a resume opens
+    again every subagent it suspended."""
+
+    def __init__(self, encoder: AguiStreamEncoder, suspension: AguiSuspension, run_id: str):
+        self.encoder = encoder
+        self.suspension = suspension
+        self.run_id = run_id
+
+    def frames(self, entry: JournalEntry) -> list[Frame]:
+        return self.encoder.frames(entry)
+
+    def frames_batch(self, entries: Sequence[JournalEntry]) -> list[Frame]:
+        return self.encoder.frames_batch(entries)
+
+    def opening(self) -> list[Frame]:
+        self.encoder.suspend(list(self.suspension.questions))
+        return self.encoder.resume(self.run_id)
 
 
 def _field_path(document: Any, loc: Sequence[int | str]) -> str:
