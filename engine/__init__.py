@@ -56,6 +56,12 @@ from engine._parent_view import (
     output_page,
     parent_view,
 )
+from engine._questions import (
+    AnswerSurface,
+    Question,
+    QuestionOutcome,
+    QuestionReason,
+)
 from engine._recovery import RecoveredDelegation, RecoveredRun, recover_runs
 from engine._redact import REDACTED, RedactedStream, Redactor, valid_text, valid_value
 from engine._registry import (
@@ -63,7 +69,10 @@ from engine._registry import (
     ContextPolicy,
     DelegationPolicy,
     DelegationRequest,
+    Elicitation,
+    ElicitationDeclined,
     EngineLimits,
+    InputExpiry,
     InputRequiredMode,
     Registry,
     RegistryError,
@@ -148,6 +157,13 @@ __all__ = [
     "AgentSpec",
     "AmbiguousCorrelation",
     "Answer",
+    "AnswerSurface",
+    "Elicitation",
+    "ElicitationDeclined",
+    "InputExpiry",
+    "Question",
+    "QuestionOutcome",
+    "QuestionReason",
     "BaseTarget",
     "BaseTargetSession",
     "ContextPolicy",

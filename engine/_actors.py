@@ -44,6 +44,7 @@ from engine._endpoint import RunEndpoint, RunEndpointError, RunEndpointProvider
 from engine._events import DelegationEvent, Kind
 from engine._journal import JournalStore, MemoryJournalStore, RunJournal, Subscription
 from engine._lanes import JournalEntry, LaneBuffer
+from engine._questions import AnswerSurface, Question, QuestionOutcome, closed_error
 from engine._recovery import RecoveredRun, recover_runs
 from engine._redact import Redactor, is_valid_unicode, valid_text, valid_value
 from engine._registry import (
@@ -52,6 +53,7 @@ from engine._registry import (
     DelegationPolicy,
     DelegationRequest,
     EngineLimits,
+    InputExpiry,
     InputRequiredMode,
     Registry,
 )
@@ -530,6 +532,9 @@ class RunActor:
         self._ended = False  # a run terminal was published (by finish()/fail() or closing)
         self._work: trio.Nursery | None = None
         self._active: dict[str, DelegationActor] = {}
+        #: The last closed question of each ended delegation that asked: a late answer is
+        #: told how it closed and who answered.
+        self._ended_questions: dict[str, Question] = {}
         self._results: OrderedDict[str, DelegationResult] = OrderedDict()
         self._sequence = itertools.count(1)
         self.store_errors = 0
@@ -770,6 +775,16 @@ class RunActor:
     def _delegation_ended(self, actor: DelegationActor) -> None:
         if self._active.pop(actor.delegation_id, None) is not None:
             self.engine.active_delegations -= 1
+        last = actor.state.questions.last_closed
+        if last is not None:
+            self._ended_questions[actor.delegation_id] = last
+
+
+@attrs.frozen
+class _Decline:
+    """A person declined to answer; `then` (an `InputExpiry`) says how the delegation ends."""
+
+    then: str
 
 
 class DelegationActor:
@@ -805,7 +820,7 @@ class DelegationActor:
         self._limit_cancelled = False
         self.scope = trio.CancelScope()
         self.cancel_reason = ""
-        send, receive = trio.open_memory_channel[Answer](1)
+        send, receive = trio.open_memory_channel[Answer | _Decline](1)
         self._answers_in, self._answers = send, receive
         self.nursery: trio.Nursery | None = None
         self._session: TargetSession | None = None
@@ -823,19 +838,50 @@ class DelegationActor:
             self.cancel_reason = reason or "The delegation was cancelled."
         self.scope.cancel()
 
-    def answer(self, answer: Answer) -> None:
-        if self.state.awaiting_input is None or self.state.terminal:
+    def takes_answers(self) -> bool:
+        """Whether this delegation waits for answers to its questions (policy `surface`)."""
+        return (
+            self.policy.input_required == InputRequiredMode.SURFACE
+            and self.spec.target.capabilities.input
+        )
+
+    def answer(
+        self,
+        answer: Answer | _Decline,
+        *,
+        question_id: str | None = None,
+        surface: str | None = None,
+        answered_by: str | None = None,
+    ) -> Question:
+        """Take the first answer to the open question (synchronously: exactly one wins), or
+        refuse it with a typed error; the actor passes it on to the remote."""
+        state = self.state
+        if not self.takes_answers() and state.questions.current is not None:
             raise DelegationError(
                 code=ErrorCode.INVALID_INPUT,
-                message=f"Delegation {self.delegation_id} is not waiting for input.",
+                message=f"Delegation {self.delegation_id} does not wait for answers (its "
+                f"agent's policy is {self.policy.input_required!r}).",
             )
-        try:
-            self._answers_in.send_nowait(answer)
-        except trio.WouldBlock:
-            raise DelegationError(
-                code=ErrorCode.INVALID_INPUT,
-                message=f"Delegation {self.delegation_id} already has an answer pending.",
-            ) from None
+        if isinstance(answer, _Decline):
+            closed = state.take_answer(
+                None,
+                None,
+                question_id=question_id,
+                outcome=QuestionOutcome.DECLINED,
+                surface=surface,
+                answered_by=answered_by,
+            )
+        else:
+            closed = state.take_answer(
+                answer.text,
+                answer.data,
+                question_id=question_id,
+                surface=surface,
+                answered_by=answered_by,
+            )
+        # One open question at a time and each closes once: the slot is always free here.
+        self._answers_in.send_nowait(answer)
+        return closed
 
     # -- the actor's life ----------------------------------------------------------------
 
@@ -983,14 +1029,34 @@ class DelegationActor:
                 "not allow: " + (self.state.awaiting_input or "no details given"),
                 remote_status=self.state.remote_status,
             )
-        answer: Answer | None = None
+        answer: Answer | _Decline | None = None
         with trio.move_on_after(self.policy.input_wait_timeout):
             answer = await self._answers.receive()
         if answer is None:
+            try:  # an answer taken at the very moment the wait ran out still counts
+                answer = self._answers.receive_nowait()
+            except trio.WouldBlock:
+                pass
+        if answer is None:
+            await self._publish(self.state.close_question(QuestionOutcome.EXPIRED))
+            if self.policy.on_input_expiry == InputExpiry.RETURN:
+                await self._publish(self.state.stop_for_input())
+                return
             raise DelegationError(
                 code=ErrorCode.INPUT_REQUIRED,
                 message=f"No answer to the remote's input request within "
                 f"{self.policy.input_wait_timeout:g} s.",
+                remote_status=self.state.remote_status,
+            )
+        await self._publish(self.state.announce_closed())
+        if isinstance(answer, _Decline):
+            if answer.then == InputExpiry.RETURN:
+                await self._publish(self.state.stop_for_input())
+                return
+            raise DelegationError(
+                code=ErrorCode.INPUT_REQUIRED,
+                message="The person asked declined to answer the remote's input request: "
+                + (self.state.awaiting_input or "no details given"),
                 remote_status=self.state.remote_status,
             )
         self.state.resume()
@@ -1229,16 +1295,77 @@ class Run:
             actor.body_scope.cancel()
 
     def answer(
-        self, delegation_id: str, text: str | None = None, data: Mapping[str, Any] | None = None
-    ) -> None:
-        """Answer a delegation waiting for input (`subagent.input_required`)."""
+        self,
+        delegation_id: str,
+        text: str | None = None,
+        data: Mapping[str, Any] | None = None,
+        *,
+        question_id: str | None = None,
+        surface: str = AnswerSurface.API,
+        answered_by: str | None = None,
+    ) -> Question:
+        """Answer the question of a delegation waiting for input (`subagent.input_required`).
+
+        The first valid answer from any surface wins, exactly once: it returns the closed
+        question (with `surface` and `answered_by`), and the journal gets
+        `subagent.input_closed`. Refusals are `DelegationError`s: `question_closed` (answered
+        elsewhere, expired, withdrawn: the metadata says how and by whom), `answer_invalid`
+        (not what the question's `response_schema` asks for; the question stays open),
+        `invalid_input` (no open question, or the agent does not wait for answers) and
+        `delegation_not_found`."""
+        return self._delegation_for_answer(delegation_id).answer(
+            Answer(text=text, data=data),
+            question_id=question_id,
+            surface=surface,
+            answered_by=answered_by,
+        )
+
+    def decline(
+        self,
+        delegation_id: str,
+        *,
+        question_id: str | None = None,
+        then: str = InputExpiry.FAIL,
+        surface: str = AnswerSurface.API,
+        answered_by: str | None = None,
+    ) -> Question:
+        """Close the open question without an answer (a person declined): the delegation
+        then fails (`then="fail"`, error `input_required`) or ends with status
+        `input_required` for the parent model to decide (`then="return"`). Same refusals as
+        `answer` (a question already closed cannot be declined)."""
+        if then not in InputExpiry.ALL:
+            raise ValueError(f"then must be one of {sorted(InputExpiry.ALL)}, not {then!r}")
+        return self._delegation_for_answer(delegation_id).answer(
+            _Decline(then), question_id=question_id, surface=surface, answered_by=answered_by
+        )
+
+    def questions(self) -> list[Question]:
+        """The run's open questions, oldest first."""
+        open_questions = [
+            actor.state.questions.current
+            for actor in self._actor._active.values()
+            if actor.state.questions.current is not None and not actor.state.terminal
+        ]
+        return sorted(
+            (q for q in open_questions if q is not None), key=lambda q: (q.asked_at, q.id)
+        )
+
+    def _delegation_for_answer(self, delegation_id: str) -> DelegationActor:
         actor = self._actor._active.get(delegation_id)
-        if actor is None:
+        if actor is not None:
+            return actor
+        ended = self._actor._ended_questions.get(delegation_id)
+        if ended is not None:
+            raise closed_error(ended)
+        if delegation_id in self._actor._results:
             raise DelegationError(
                 code=ErrorCode.INVALID_INPUT,
-                message=f"No running delegation {delegation_id[:64]!r} in this run.",
+                message=f"Delegation {delegation_id[:64]} has ended; it has no open question.",
             )
-        actor.answer(Answer(text=text, data=data))
+        raise DelegationError(
+            code=ErrorCode.DELEGATION_NOT_FOUND,
+            message=f"No delegation {delegation_id[:64]!r} in this run.",
+        )
 
     def delegations(self) -> list[DelegationResult]:
         """Every delegation of the run in start order; running ones with status `running`.

@@ -50,6 +50,7 @@ from typing import Any, Final
 import attrs
 
 from engine._events import DelegationEvent, DropReport, Kind
+from engine._questions import Question, QuestionBook, QuestionOutcome, QuestionReason, usable_schema
 from engine._redact import RedactedStream, Redactor, is_valid_unicode, valid_text, valid_value
 from engine._registry import DelegationPolicy
 from engine._results import (
@@ -188,6 +189,9 @@ class DelegationState:
         self.remote_status: str | None = None
         self._status_text: str | None = None
         self.awaiting_input: str | None = None  # the remote's question while input is required
+        #: The delegation's questions: the open one (if any) and those closed before.
+        self.questions = QuestionBook()
+        self._unannounced: Question | None = None
         self.remote_task_id: str | None = None
         self.remote_context_id: str | None = None
         self.card_fingerprint: str | None = None
@@ -268,9 +272,7 @@ class DelegationState:
         elif kind == Kind.ARTIFACT:
             self._artifact(out, update)
         elif kind == Kind.INPUT_REQUIRED:
-            self.awaiting_input = update.text or ""
-            self.status = self.remote_status = update.status or "input_required"
-            out.append(self._event(Kind.INPUT_REQUIRED, update, status=self.status))
+            self._ask(out, update)
         elif kind == Kind.FINISHED:
             if update.text:
                 self._summary = update.text
@@ -290,6 +292,132 @@ class DelegationState:
             # Tool calls, custom payloads and anything newer pass through with identity added.
             out.append(self._event(kind, update))
         return out
+
+    def _ask(self, out: list[DelegationEvent], update: TargetUpdate) -> None:
+        """The remote waits for input: one open question (a question still open is withdrawn:
+        the remote asks anew)."""
+        self._announce(out)
+        self._close_question(out, QuestionOutcome.WITHDRAWN)
+        self.awaiting_input = update.text or ""
+        self.status = self.remote_status = update.status or "input_required"
+        event = self._event(Kind.INPUT_REQUIRED, update, status=self.status)
+        ident = self.identity
+        lineage, asker = self._lineage(update.subagent_id)
+        if update.remote_lineage:
+            # The remote's own ids (another engine's), below the one that asks here.
+            lineage = (*lineage, *update.remote_lineage)
+            asker = lineage[-1]
+        now = self._clock()
+        wait = self.policy.input_wait_timeout
+        question = Question(
+            id=f"{ident.delegation_id}-input-{event.sequence}",
+            run_id=ident.run_id,
+            delegation_id=ident.delegation_id,
+            agent_key=ident.agent_key,
+            agent_name=ident.agent_name or ident.agent_key,
+            text=self.awaiting_input,
+            reason=(
+                QuestionReason.AUTH
+                if (update.status or "").replace("-", "_") == QuestionReason.AUTH
+                else QuestionReason.INPUT
+            ),
+            response_schema=usable_schema(update.response_schema),
+            auth_url=update.auth_url,
+            asked_at=now,
+            expires_at=now + wait,
+            lineage=lineage,
+            asker=asker,
+        )
+        self.questions.ask(question)
+        out.append(attrs.evolve(event, question=question))
+
+    def _lineage(self, remote_subagent_id: str | None) -> tuple[tuple[str, ...], str | None]:
+        """(the delegation id and the nested ids down to the asker, the asker's engine id)."""
+        did = self.identity.delegation_id
+        nested = self._nested.get(remote_subagent_id) if remote_subagent_id else None
+        if nested is None or not nested.id:
+            return (did,), None
+        by_id = {n.id: n for n in self._nested_all}
+        chain: list[str] = []
+        current: _Nested | None = nested
+        while current is not None and len(chain) <= MAX_NESTED:
+            chain.append(current.id)
+            current = by_id.get(current.parent) if current.parent else None
+        return (did, *reversed(chain)), nested.id
+
+    def take_answer(
+        self,
+        text: str | None,
+        data: Any,
+        *,
+        question_id: str | None,
+        outcome: str = QuestionOutcome.ANSWERED,
+        surface: str | None = None,
+        answered_by: str | None = None,
+    ) -> Question:
+        """Close the open question for this answer (or decline) at once, so that no other
+        surface can take it; its `subagent.input_closed` event comes from `announce_closed`.
+        Raises the typed refusals of `QuestionBook.check_answer`."""
+        if outcome == QuestionOutcome.ANSWERED:
+            self.questions.check_answer(
+                text, data, question_id=question_id, delegation_id=self.identity.delegation_id
+            )
+        else:
+            self.questions.check_open(question_id, delegation_id=self.identity.delegation_id)
+        closed = self.questions.close(
+            outcome, time=self._clock(), surface=surface, answered_by=answered_by
+        )
+        assert closed is not None
+        self._unannounced = closed
+        return closed
+
+    def announce_closed(self) -> list[DelegationEvent]:
+        """The `subagent.input_closed` event of a question `take_answer` closed, once."""
+        out: list[DelegationEvent] = []
+        self._announce(out)
+        return out
+
+    def _announce(self, out: list[DelegationEvent]) -> None:
+        closed, self._unannounced = self._unannounced, None
+        if closed is not None:
+            out.append(
+                self._event(
+                    Kind.INPUT_CLOSED,
+                    None,
+                    status=closed.outcome,
+                    text=closed.text,
+                    question=closed,
+                )
+            )
+
+    def close_question(self, outcome: str) -> list[DelegationEvent]:
+        """Close the open question (expired): its `subagent.input_closed` event."""
+        out: list[DelegationEvent] = []
+        self._announce(out)
+        self._close_question(out, outcome)
+        return out
+
+    def _close_question(
+        self,
+        out: list[DelegationEvent],
+        outcome: str,
+        *,
+        surface: str | None = None,
+        answered_by: str | None = None,
+    ) -> None:
+        closed = self.questions.close(
+            outcome, time=self._clock(), surface=surface, answered_by=answered_by
+        )
+        if closed is not None:
+            out.append(
+                self._event(
+                    Kind.INPUT_CLOSED,
+                    None,
+                    status=outcome,
+                    text=closed.text,
+                    question=closed,
+                )
+            )
 
     def resume(self) -> None:
         """The input request was answered; the remote continues."""
@@ -562,6 +690,8 @@ class DelegationState:
         *,
         remote_cancel: str | None = None,
     ) -> None:
+        self._announce(out)
+        self._close_question(out, QuestionOutcome.WITHDRAWN)
         for nested in reversed(self._nested_all):
             if nested.state != _CLOSED:
                 self._end_nested_early(out, nested, status)

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 import attrs
 
+from engine._questions import Question
 from engine._results import ArtifactRef, DelegationError
 
 __all__ = [
@@ -48,6 +49,9 @@ class Kind:
     CUSTOM: Final = "subagent.custom"
     STREAM_DROPPED: Final = "subagent.stream.dropped"
     INPUT_REQUIRED: Final = "subagent.input_required"
+    #: The delegation's open question closed: answered (by whom, through which surface),
+    #: expired, or withdrawn because the delegation ended. Carries the closed `question`.
+    INPUT_CLOSED: Final = "subagent.input_closed"
     FINISHED: Final = "subagent.finished"
     FAILED: Final = "subagent.failed"
     CANCELLED: Final = "subagent.cancelled"
@@ -103,6 +107,7 @@ VOLATILE: Final = 2
 _LANES: Final[dict[str, int]] = {
     Kind.STARTED: CRITICAL,
     Kind.INPUT_REQUIRED: CRITICAL,
+    Kind.INPUT_CLOSED: CRITICAL,
     Kind.FINISHED: CRITICAL,
     Kind.FAILED: CRITICAL,
     Kind.CANCELLED: CRITICAL,
@@ -205,6 +210,8 @@ class DelegationEvent:
     nested_parent_id: str | None = None
     remote_subagent_id: str | None = None
     depth: int | None = None
+    #: On `subagent.input_required` the open question; on `subagent.input_closed` the closed one.
+    question: Question | None = None
     raw: dict[str, Any] | None = None
     extra: dict[str, Any] | None = None
 

@@ -10,7 +10,7 @@ credentials and policy come from here. Targets are opaque objects implementing
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -78,6 +78,45 @@ class InputRequiredMode:
     ALL: Final = frozenset({FAIL, SURFACE, RETURN})
 
 
+class InputExpiry:
+    """What a delegation does when its question expires unanswered (or a person declines)."""
+
+    #: Fail with error `input_required`.
+    FAIL: Final = "fail"
+    #: End with status `input_required`, so the parent model decides what next.
+    RETURN: Final = "return"
+
+    ALL: Final = frozenset({FAIL, RETURN})
+
+
+class Elicitation:
+    """Whether the engine may ask the parent's user through MCP elicitation."""
+
+    OFF: Final = "off"
+    ASK: Final = "ask"
+
+    ALL: Final = frozenset({OFF, ASK})
+
+
+class ElicitationDeclined:
+    """What a declined (or unsupported) MCP elicitation does: `fail` or `return` as for an
+    expired question (`InputExpiry`), or `wait` for another surface to answer."""
+
+    FAIL: Final = "fail"
+    RETURN: Final = "return"
+    WAIT: Final = "wait"
+
+    ALL: Final = frozenset({FAIL, RETURN, WAIT})
+
+
+def _one_of(allowed: frozenset[str]) -> Callable[[Any, attrs.Attribute[Any], str], None]:
+    def check(_: Any, attribute: attrs.Attribute[Any], value: str) -> None:
+        if value not in allowed:
+            raise RegistryError(f"{attribute.name} must be one of {sorted(allowed)}")
+
+    return check
+
+
 def _positive(_: Any, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
         raise RegistryError(f"{attribute.name} must be positive, got {value!r}")
@@ -143,6 +182,14 @@ class DelegationPolicy:
     fallback_to_polling: bool = True
     input_required: str = attrs.field(default=InputRequiredMode.FAIL, validator=_input_mode)
     input_wait_timeout: float = attrs.field(default=300.0, validator=_positive)
+    #: What an unanswered question does when `input_wait_timeout` passes (`InputExpiry`).
+    on_input_expiry: str = attrs.field(default=InputExpiry.FAIL, validator=_one_of(InputExpiry.ALL))
+    #: Ask the parent's user through MCP elicitation when a question opens (`Elicitation`).
+    elicitation: str = attrs.field(default=Elicitation.OFF, validator=_one_of(Elicitation.ALL))
+    #: What a declined or unsupported elicitation does (`ElicitationDeclined`).
+    on_elicitation_declined: str = attrs.field(
+        default=ElicitationDeclined.WAIT, validator=_one_of(ElicitationDeclined.ALL)
+    )
     max_artifacts: int = attrs.field(default=20, validator=_non_negative)
     max_artifact_bytes: int = attrs.field(default=10 << 20, validator=_non_negative)
     max_summary_chars: int = attrs.field(default=4000, validator=_non_negative)

@@ -73,6 +73,10 @@ class ErrorCode:
     MODEL_UNAVAILABLE: Final = "model_unavailable"
     #: A delegation id that is not one of this run's (unknown, or another run's).
     DELEGATION_NOT_FOUND: Final = "delegation_not_found"
+    #: An answer to a question that is already closed (answered elsewhere, expired, withdrawn).
+    QUESTION_CLOSED: Final = "question_closed"
+    #: An answer that does not match its question's response schema (the question stays open).
+    ANSWER_INVALID: Final = "answer_invalid"
 
 
 #: Whether a parent may reasonably retry the same call after this error.
@@ -103,6 +107,8 @@ RETRYABLE_BY_DEFAULT: Final[dict[str, bool]] = {
     ErrorCode.RUN_DEADLINE: False,
     ErrorCode.MODEL_UNAVAILABLE: True,
     ErrorCode.DELEGATION_NOT_FOUND: False,
+    ErrorCode.QUESTION_CLOSED: False,
+    ErrorCode.ANSWER_INVALID: False,
 }
 
 

@@ -141,6 +141,7 @@ _RETAINED_KINDS: Final = frozenset(
     for kind in (
         Kind.STARTED,
         Kind.INPUT_REQUIRED,
+        Kind.INPUT_CLOSED,
         Kind.RUN_STARTED,
         *Kind.DELEGATION_TERMINALS,
         *Kind.RUN_TERMINALS,
@@ -197,7 +198,8 @@ class LifecycleRetention:
     answers whether the store keeps that entry beyond the window. So that replaying what a
     store holds rebuilds what a viewer had open at any cursor, it keeps:
 
-    - every `subagent.started`, `subagent.input_required`, `run.started`, delegation terminal
+    - every `subagent.started`, `subagent.input_required`, `subagent.input_closed`,
+      `run.started`, delegation terminal
       and run terminal;
     - the first event of each text message, reasoning message and tool call (its start, or the
       content that opened it implicitly: a text or reasoning delta with characters, any tool

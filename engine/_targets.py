@@ -59,7 +59,9 @@ class TargetUpdate:
 
     `kind` is an event kind (`Kind.*`). Lifecycle kinds mean: `subagent.started` the remote
     accepted the task; `subagent.status` a state change (`status`, with the remote's message in
-    `text`); `subagent.input_required` the remote waits for input (`text` says what it needs);
+    `text`); `subagent.input_required` the remote waits for input (`text` says what it needs,
+    `subagent_id` which of its nested subagents asks, `response_schema` how an answer must look,
+    and `status` `auth_required` with `auth_url` that it needs credentials);
     `subagent.finished` / `failed` / `cancelled` the remote task ended (`text` of a finished
     update is its final summary, `error` of a failed one says why). Artifact updates may be
     chunks: `artifact_bytes` is the size of this chunk, `artifact_append` says it extends an
@@ -98,6 +100,14 @@ class TargetUpdate:
     card_fingerprint: str | None = None
     subagent_id: str | None = None
     parent_subagent_id: str | None = None
+    #: On `subagent.input_required`: the JSON Schema an answer's data must match (dropped if
+    #: it is no valid schema), and where a person signs in for an `auth_required` status.
+    response_schema: dict[str, Any] | None = None
+    auth_url: str | None = None
+    #: On `subagent.input_required` from a remote that is itself an engine (a2a-serve): the
+    #: remote's lineage of its question (its delegation id, then its nested subagents down to
+    #: the asker), appended below this delegation's own in the question's `lineage`.
+    remote_lineage: tuple[str, ...] = ()
     raw: dict[str, Any] | None = None
 
 

@@ -23,6 +23,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 
 from engine._events import DelegationEvent, DropReport
+from engine._questions import Question
 from engine._redact import valid_value
 from engine._results import (
     ArtifactRef,
@@ -163,7 +164,7 @@ converter.register_unstructure_hook(DelegationError, _write_error)
 converter.register_structure_hook(DelegationError, _read_error)
 
 
-for _cls in (ArtifactRef, InputArtifact, ResultMessage, DropReport):
+for _cls in (ArtifactRef, InputArtifact, ResultMessage, DropReport, Question):
     _with_extra(_cls, keep_extra=False)
 _with_extra(DelegationEvent, keep_extra=True)
 _with_extra(DelegationResult, keep_extra=False)

@@ -12,7 +12,8 @@ This module owns what a node does for the others while it serves (`run_node`, st
   journaled terminal per delegation and for the run, which the run's viewers on every node
   read, and the remote tasks cancelled from the ids the audit trail kept;
 - it carries out the commands other nodes forward to it for the runs it owns: a viewer's stop
-  (`{"op": "stop"}`) and answer (`{"op": "answer", "delegation_id", "text", "data"}`).
+  (`{"op": "stop"}`) and answer (`{"op": "answer", "delegation_id", "text", "data",
+  "question_id", "surface", "answered_by"}`).
 
 A node that cannot reach the store keeps trying; if its lease lapses meanwhile, survivors end its
 runs, and its own later writes to them are refused by the store (their runs are over).
@@ -152,11 +153,19 @@ def carry_out(host: NodeHost, command: dict[str, Any]) -> None:
         text, data = command.get("text"), command.get("data")
         if not isinstance(delegation_id, str):
             return
+
+        def label(key: str) -> str | None:
+            value = command.get(key)
+            return value if isinstance(value, str) else None
+
         try:
             hosted.run.answer(
                 delegation_id,
                 text=text if isinstance(text, str) else None,
                 data=data if isinstance(data, dict) else None,
+                question_id=label("question_id"),
+                surface=label("surface") or "http",
+                answered_by=label("answered_by"),
             )
         except DelegationError as exc:
             log.info("forwarded answer for %s/%s refused: %s", run_id, delegation_id, exc)

@@ -745,7 +745,10 @@ def create_app(
 
     @app.errorhandler(Refusal)
     async def _refused(exc: Refusal) -> Response:
-        return error_response(exc.status, exc.error, exc.message, exc.headers)
+        response = error_response(exc.status, exc.error, exc.message, exc.headers)
+        if exc.details:
+            response.set_data(exc.body())
+        return response
 
     @app.errorhandler(HTTPException)
     async def _http_exception(exc: HTTPException) -> Response:
@@ -1040,22 +1043,30 @@ def create_app(
 
     @app.post("/runs/<run_id>/answer")
     async def answer(run_id: str) -> Response:
-        """Answer a subagent waiting for input (a CUSTOM `subagent.input_required` on the
-        stream): `{"delegationId": ..., "text": ...}` and/or `"data": {...}`."""
+        """Answer a subagent's question (`subagent.input_required` on the stream):
+        `{"delegationId", "questionId"?, "text"?, "data"?, "answeredBy"?, "surface"?}`. The
+        first answer from any surface wins: a closed question is 409 `question_closed` (its
+        `details` say how it closed and who answered), an answer that does not match the
+        question's schema 422 `answer_invalid` (the question stays open)."""
         hosted = await host.find(run_id, _viewer_token(request.headers, request.args, query=False))
-        delegation_id, text, data = _read_answer(await read_json())
+        body = _read_answer(await read_json())
         if host.runs_elsewhere(hosted):
-            command = {"op": "answer", "delegation_id": delegation_id, "text": text, "data": data}
+            command = {"op": "answer", **body.command()}
             await host.forward(hosted, command)
-            document = {"run_id": run_id, "delegation_id": delegation_id, "forwarded": True}
+            document = {"run_id": run_id, "delegation_id": body.delegation_id, "forwarded": True}
             return Response(json.dumps(document), status=202, content_type="application/json")
         if hosted.run is None or hosted.over:
             raise HttpError(409, "run_ended", "The run has ended; there is nothing to answer.")
         try:
-            hosted.run.answer(delegation_id, text=text, data=data)
+            closed = body.give(hosted.run)
         except DelegationError as exc:
-            raise HttpError(409, "not_waiting", exc.message) from None
-        document = {"run_id": run_id, "delegation_id": delegation_id, "answered": True}
+            raise answer_refusal(exc) from None
+        document = {
+            "run_id": run_id,
+            "delegation_id": body.delegation_id,
+            "question_id": closed.id,
+            "answered": True,
+        }
         return Response(json.dumps(document), status=202, content_type="application/json")
 
     @app.websocket("/runs/<run_id>/ws")
@@ -1392,11 +1403,69 @@ def _field_path(document: Any, loc: Sequence[int | str]) -> str:
     return path[:120] or "body"
 
 
-def _read_answer(document: Any) -> tuple[str, str | None, dict[str, Any] | None]:
-    """(delegation id, text, data) from an answer body, or a 400 naming the field."""
+#: The surfaces an HTTP answer may say it came from (the bundled page says `page`).
+_HTTP_SURFACES: Final = frozenset({AnswerSurface.HTTP, AnswerSurface.PAGE})
+
+
+@attrs.frozen
+class AnswerBody:
+    """An answer as the HTTP answer endpoint read it."""
+
+    delegation_id: str
+    text: str | None
+    data: dict[str, Any] | None
+    question_id: str | None = None
+    answered_by: str | None = None
+    surface: str = AnswerSurface.HTTP
+
+    def command(self) -> dict[str, Any]:
+        """The fields of a forwarded `answer` command (`web.cluster`)."""
+        return {
+            "delegation_id": self.delegation_id,
+            "text": self.text,
+            "data": self.data,
+            "question_id": self.question_id,
+            "answered_by": self.answered_by,
+            "surface": self.surface,
+        }
+
+    def give(self, run: Run) -> Question:
+        return run.answer(
+            self.delegation_id,
+            text=self.text,
+            data=self.data,
+            question_id=self.question_id,
+            surface=self.surface,
+            answered_by=self.answered_by,
+        )
+
+
+def answer_refusal(exc: DelegationError) -> HttpError:
+    """The HTTP refusal of an answer the run refused (see `Run.answer`)."""
+    status = {
+        ErrorCode.QUESTION_CLOSED: 409,
+        ErrorCode.ANSWER_INVALID: 422,
+        ErrorCode.DELEGATION_NOT_FOUND: 404,
+    }.get(exc.code, 409)
+    code = exc.code if exc.code != ErrorCode.INVALID_INPUT else "not_waiting"
+    return HttpError(status, code, exc.message, details=exc.metadata)
+
+
+def _optional_label(document: dict[str, Any], key: str) -> str | None:
+    value = document.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 200:
+        raise HttpError(400, "bad_answer", f"{key} must be a string of at most 200 characters.")
+    return value
+
+
+def _read_answer(document: Any) -> AnswerBody:
+    """The answer in a request body, or a 400 naming the field."""
     if not isinstance(document, dict):
         raise HttpError(400, "bad_answer", "The answer must be a JSON object.")
-    unknown = sorted(set(document) - {"delegationId", "text", "data"})
+    fields = {"delegationId", "questionId", "text", "data", "answeredBy", "surface"}
+    unknown = sorted(set(document) - fields)
     if unknown:
         raise HttpError(400, "bad_answer", f"Unknown field {unknown[0][:64]!r} in the answer.")
     delegation_id = document.get("delegationId")
@@ -1409,7 +1478,17 @@ def _read_answer(document: Any) -> tuple[str, str | None, dict[str, Any] | None]
         raise HttpError(400, "bad_answer", "data must be a JSON object.")
     if (text is None or not text.strip()) and data is None:
         raise HttpError(400, "bad_answer", "An answer needs text (not blank) or data.")
-    return delegation_id, text, data
+    surface = document.get("surface", AnswerSurface.HTTP)
+    if surface not in _HTTP_SURFACES:
+        raise HttpError(400, "bad_answer", f"surface must be one of {sorted(_HTTP_SURFACES)}.")
+    return AnswerBody(
+        delegation_id=delegation_id,
+        text=text,
+        data=data,
+        question_id=_optional_label(document, "questionId"),
+        answered_by=_optional_label(document, "answeredBy"),
+        surface=surface,
+    )
 
 
 @asynccontextmanager

@@ -154,11 +154,25 @@ class LocalTask:
     async def custom(self, name: str, value: Any) -> None:
         await self._emit(TargetUpdate(kind=Kind.CUSTOM, name=name, raw={"value": value}))
 
-    async def ask(self, question: str) -> Answer:
-        """Ask the delegating side for input and wait for `Run.answer(...)`."""
+    async def ask(
+        self,
+        question: str,
+        *,
+        schema: dict[str, Any] | None = None,
+        auth_url: str | None = None,
+    ) -> Answer:
+        """Ask the delegating side for input and wait for its answer (`Run.answer(...)` or any
+        other surface). `schema`: the JSON Schema an answer's data must match; `auth_url`:
+        ask for credentials (`auth_required`) at that address instead."""
         self._answered = trio.Event()
         await self._emit(
-            TargetUpdate(kind=Kind.INPUT_REQUIRED, status="input_required", text=question)
+            TargetUpdate(
+                kind=Kind.INPUT_REQUIRED,
+                status="auth_required" if auth_url else "input_required",
+                text=question,
+                response_schema=schema,
+                auth_url=auth_url,
+            )
         )
         await self._answered.wait()
         assert self._answer is not None

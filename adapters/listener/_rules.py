@@ -22,7 +22,7 @@ import hmac
 import ipaddress
 import json
 import re
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlsplit
 
@@ -76,15 +76,21 @@ class Refusal(Exception):
         error: str,
         message: str,
         headers: Sequence[tuple[str, str]] = (),
+        details: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.error = error
         self.message = message
         self.headers = tuple(headers)
+        #: More of what went wrong, as JSON (e.g. who answered a closed question).
+        self.details = dict(details) if details else None
 
     def body(self) -> bytes:
-        return json.dumps({"error": self.error, "message": self.message}).encode()
+        document: dict[str, Any] = {"error": self.error, "message": self.message}
+        if self.details:
+            document["details"] = self.details
+        return json.dumps(document).encode()
 
 
 def header_values(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> list[bytes]:

@@ -74,6 +74,7 @@ _ALWAYS_RETAINED: Final = frozenset(
     {
         Kind.STARTED,
         Kind.INPUT_REQUIRED,
+        Kind.INPUT_CLOSED,
         Kind.RUN_STARTED,
         Kind.FINISHED,
         Kind.FAILED,

@@ -557,7 +557,7 @@ async def test_a_viewer_answers_a_subagent_waiting_for_input() -> None:
                             await http.post(
                                 answer_url, json={"delegationId": "nope", "text": "x"}, headers=auth
                             ),
-                            409,
+                            404,
                         ),
                         (
                             await http.post(
@@ -574,10 +574,15 @@ async def test_a_viewer_answers_a_subagent_waiting_for_input() -> None:
                     )
                     assert ok.status_code == 202, ok.text
                     assert ok.json()["answered"] is True
+                    assert ok.json()["question_id"] == event["value"]["interruptId"]
                     again = await http.post(
-                        answer_url, json={"delegationId": delegation, "text": "2000"}, headers=auth
+                        answer_url,
+                        json={"delegationId": delegation, "text": "2000", "answeredBy": "bo"},
+                        headers=auth,
                     )
-                    assert again.status_code == 409
+                    assert again.status_code == 409, again.text
+                    assert again.json()["error"] == "question_closed"
+                    assert again.json()["details"]["surface"] == "http"
         assert_valid(frames)
         finished = [e for _, e in frames if e["type"] == "SUBAGENT_FINISHED"]
         assert {e["result"] for e in finished} == {"Checked 1999.", "Reviewed."}

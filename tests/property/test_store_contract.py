@@ -99,9 +99,12 @@ class _StartsAndTerminalsOnly(LifecycleRetention):
     call or nested subagent can be rebuilt by a viewer resuming behind the window."""
 
     def retains(self, event: DelegationEvent) -> bool:
-        return event.kind in {Kind.STARTED, Kind.INPUT_REQUIRED, Kind.RUN_STARTED} or (
-            event.is_terminal
-        )
+        return event.kind in {
+            Kind.STARTED,
+            Kind.INPUT_REQUIRED,
+            Kind.INPUT_CLOSED,
+            Kind.RUN_STARTED,
+        } or (event.is_terminal)
 
 
 def loses_lifecycle_entries(run_id: str, policy: RetentionPolicy) -> MemoryJournalStore:

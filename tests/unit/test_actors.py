@@ -345,7 +345,8 @@ async def test_input_required_returned_to_the_parent() -> None:
     assert result.status == Status.INPUT_REQUIRED
     assert result.error is not None and result.error.code == ErrorCode.INPUT_REQUIRED
     kinds = journal_kinds(entries, result.delegation_id)
-    assert kinds[-2:] == [Kind.INPUT_REQUIRED, Kind.FINISHED]
+    # The question is withdrawn (the parent model decides now) before the terminal.
+    assert kinds[-3:] == [Kind.INPUT_REQUIRED, Kind.INPUT_CLOSED, Kind.FINISHED]
 
 
 async def test_answer_to_a_delegation_not_waiting_is_a_typed_error() -> None:

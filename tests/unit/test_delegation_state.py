@@ -582,9 +582,14 @@ def test_input_required_then_stop_for_input() -> None:
     assert state.awaiting_input == "Which year?"
     assert state.status == "input_required"
     assert not state.terminal
+    question = events[0].question
+    assert question is not None and question.open and question.text == "Which year?"
     stop = state.stop_for_input()
-    assert kinds(stop) == [Kind.FINISHED]
-    assert stop[0].status == Status.INPUT_REQUIRED
+    # The open question is withdrawn (the parent model decides now), then the terminal.
+    assert kinds(stop) == [Kind.INPUT_CLOSED, Kind.FINISHED]
+    closed = stop[0].question
+    assert closed is not None and closed.id == question.id and closed.outcome == "withdrawn"
+    assert stop[1].status == Status.INPUT_REQUIRED
     assert state.awaiting_input is None
     result = state.result
     assert result is not None
