@@ -146,6 +146,24 @@ def _error(text: str) -> ConfigError:
             "agents[0].protocol",
             "must be one of a2a",
         ),
+        (
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[agents.policy]\non_input_expiry = "later"\n',
+            5,
+            "agents[0].policy.on_input_expiry",
+            "must be one of",
+        ),
+        (
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[agents.policy]\nelicitation = "maybe"\n',
+            5,
+            "agents[0].policy.elicitation",
+            "must be one of",
+        ),
+        (
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[agents.policy]\non_elicitation_declined = "shrug"\n',
+            5,
+            "agents[0].policy.on_elicitation_declined",
+            "must be one of",
+        ),
         ("surprise = 1\n", 1, "surprise", "unknown setting"),
         ('[store]\nkind = "postgres"\n', 2, "store.kind", "must be one of sqlite"),
         ('[store]\nkind = "memory"\npath = "x.db"\n', 3, "store.path", "for kind = 'sqlite'"),
@@ -500,3 +518,29 @@ def test_a_protocol_cannot_take_a_name_or_a_setting_another_one_has(
         clash = attrs.evolve(echo_protocol, name="other", settings=settings)
         with pytest.raises(ValueError, match="declares settings taken"):
             register_protocol(clash)
+
+
+def test_an_agents_question_policy_is_read_from_its_policy_table() -> None:
+    config = parse_config(
+        textwrap.dedent(
+            """
+            [[agents]]
+            key = "review"
+            card_url = "http://127.0.0.1:9/card"
+            [agents.policy]
+            input_required = "surface"
+            input_wait_timeout = 90
+            on_input_expiry = "return"
+            elicitation = "ask"
+            on_elicitation_declined = "fail"
+            """
+        ),
+        "host.toml",
+    )
+    policy = config.agents[0].policy
+    assert (policy.input_required, policy.input_wait_timeout) == ("surface", 90)
+    assert (policy.on_input_expiry, policy.elicitation, policy.on_elicitation_declined) == (
+        "return",
+        "ask",
+        "fail",
+    )
