@@ -61,6 +61,7 @@ from engine._questions import (
     Question,
     QuestionOutcome,
     QuestionReason,
+    check_answer,
 )
 from engine._recovery import RecoveredDelegation, RecoveredRun, recover_runs
 from engine._redact import REDACTED, RedactedStream, Redactor, valid_text, valid_value
@@ -221,6 +222,7 @@ __all__ = [
     "TOOL_INPUT_SCHEMA",
     "ToolInput",
     "WireError",
+    "check_answer",
     "event_from_json",
     "event_from_jsonable",
     "event_weight",

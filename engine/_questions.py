@@ -29,6 +29,7 @@ from engine._results import DelegationError, ErrorCode
 
 __all__ = [
     "AnswerSurface",
+    "check_answer",
     "closed_error",
     "Question",
     "QuestionBook",
@@ -171,20 +172,7 @@ class QuestionBook:
     ) -> Question:
         """The open question this answer is for, or a typed refusal (see `Run.answer`)."""
         current = self.check_open(question_id, delegation_id=delegation_id)
-        has_text = isinstance(text, str) and text.strip() != ""
-        if not has_text and not data:
-            raise _invalid(current, "An answer needs text (not blank) or data.", "")
-        schema = current.response_schema
-        if schema is not None:
-            value: Any = dict(data) if data else text
-            try:
-                jsonschema.validate(value, schema)
-            except jsonschema.exceptions.ValidationError as exc:
-                path = "/".join(str(part) for part in exc.absolute_path)
-                reason = f"The answer does not match: {exc.message[:300]}"
-                raise _invalid(current, reason, path) from None
-            except (jsonschema.exceptions.SchemaError, RecursionError):
-                pass  # not the answer's fault (see usable_schema)
+        check_answer(current, text, data)
         return current
 
     def close(
@@ -237,6 +225,29 @@ def closed_error(question: Question) -> DelegationError:
         message=f"Question {question.id} {how}{who}.",
         metadata=metadata,
     )
+
+
+def check_answer(question: Question, text: str | None, data: Mapping[str, Any] | None) -> None:
+    """Raise `DelegationError` `answer_invalid` (metadata: `question_id`, `reason`, `path`) when
+    `question` would refuse this answer: blank, or not what its `response_schema` describes
+    (JSON Schema, https://json-schema.org/draft/2020-12/json-schema-validation; `data` is
+    checked as the object it is, `text` as a string). A surface that answers several questions
+    at once checks each first, so that none is answered while another is refused."""
+    has_text = isinstance(text, str) and text.strip() != ""
+    if not has_text and not data:
+        raise _invalid(question, "An answer needs text (not blank) or data.", "")
+    schema = question.response_schema
+    if schema is None:
+        return
+    value: Any = dict(data) if data else text
+    try:
+        jsonschema.validate(value, schema)
+    except jsonschema.exceptions.ValidationError as exc:
+        path = "/".join(str(part) for part in exc.absolute_path)
+        reason = f"The answer does not match: {exc.message[:300]}"
+        raise _invalid(question, reason, path) from None
+    except (jsonschema.exceptions.SchemaError, RecursionError):
+        pass  # not the answer's fault (see usable_schema)
 
 
 def _invalid(question: Question, reason: str, path: str) -> DelegationError:

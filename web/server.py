@@ -82,8 +82,6 @@ from contextlib import asynccontextmanager
 from typing import Any, Final, Protocol, TextIO, TypeVar
 
 import attrs
-import jsonschema  # type: ignore[import-untyped]
-import jsonschema.exceptions  # type: ignore[import-untyped]
 import pydantic
 import trio
 from ag_ui.core import ResumeEntry, RunAgentInput, TextPart, UserMessage
@@ -125,6 +123,7 @@ from engine import (
     RunJournal,
     SharedRunArchive,
     Subscription,
+    check_answer,
     to_json,
     to_jsonable,
 )
@@ -1318,25 +1317,12 @@ def _resume_plan(
 
 
 def _check_answer(question: Question, text: str | None, data: dict[str, Any] | None) -> None:
-    """422 `answer_invalid` for an answer the engine would refuse for `question` (blank, or not
-    what its `response_schema` describes, JSON Schema 2020-12), so that no entry of a resume is
-    answered while another is refused."""
-    if (text is None or not text.strip()) and not data:
-        reason, path = "An answer needs text (not blank) or data.", ""
-    else:
-        schema = question.response_schema
-        if schema is None:
-            return
-        try:
-            jsonschema.validate(dict(data) if data else text, schema)
-            return
-        except jsonschema.exceptions.ValidationError as exc:
-            reason = f"The answer does not match: {exc.message[:300]}"
-            path = "/".join(str(part) for part in exc.absolute_path)
-        except (jsonschema.exceptions.SchemaError, RecursionError):
-            return  # not the answer's fault: the engine does not hold it against the answer
-    details = {"question_id": question.id, "reason": reason, "path": path}
-    raise HttpError(422, ErrorCode.ANSWER_INVALID, reason, details=details)
+    """422 `answer_invalid` for an answer the engine would refuse for `question`, so that no
+    entry of a resume is answered while another is refused."""
+    try:
+        check_answer(question, text, data)
+    except DelegationError as exc:
+        raise answer_refusal(exc) from None
 
 
 def _answered_by(document: Any) -> str | None:

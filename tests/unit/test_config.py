@@ -147,19 +147,22 @@ def _error(text: str) -> ConfigError:
             "must be one of a2a",
         ),
         (
-            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[agents.policy]\non_input_expiry = "later"\n',
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[agents.policy]\n'
+            'on_input_expiry = "later"\n',
             5,
             "agents[0].policy.on_input_expiry",
             "must be one of",
         ),
         (
-            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[agents.policy]\nelicitation = "maybe"\n',
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[agents.policy]\n'
+            'elicitation = "maybe"\n',
             5,
             "agents[0].policy.elicitation",
             "must be one of",
         ),
         (
-            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[agents.policy]\non_elicitation_declined = "shrug"\n',
+            '[[agents]]\nkey = "a"\ncard_url = "http://h/c"\n[agents.policy]\n'
+            'on_elicitation_declined = "shrug"\n',
             5,
             "agents[0].policy.on_elicitation_declined",
             "must be one of",
