@@ -14,7 +14,10 @@ Routes (JSON errors everywhere, never a 500 for a bad request, never a hung stre
   `custom`; `forwardedProps.interrupts: false` keeps it open), and a `RunAgentInput` on the same
   `threadId` with `resume` entries answers it and streams the same run on from there
   (`AguiStreamEncoder.suspend` / `resume`, `ResumedEncoder`; AG-UI 1.0 "Interrupts and Resume",
-  https://docs.ag-ui.com/spec/1.0/basic/patterns/interrupt-resume).
+  https://docs.ag-ui.com/spec/1.0/basic/patterns/interrupt-resume). A client that names no
+  mode gets `attributed` or `custom` by what it declares (`adapters.agui.stream_mode`:
+  `forwardedProps.capabilities.multiAgent.subagents`, else `protocolVersion`), else the
+  configured one.
 - `POST /runs`: start a run and answer at once with `{run_id, viewer_token, events_url}`; the
   page uses this, then watches with GET so that a dropped connection is only a reconnect.
 - `GET /runs/<id>/events`: the run's stream after `Last-Event-ID` (or `?after=`), then live. A
@@ -94,9 +97,11 @@ from adapters.agui import (
     KEEPALIVE,
     MODES,
     AguiStreamEncoder,
+    CapabilityError,
     Frame,
     SharedEncoding,
     sse_bytes,
+    stream_mode,
     websocket_messages,
 )
 from adapters.listener import (
@@ -839,6 +844,8 @@ def create_app(
         require_host_token()
         document = await read_json()
         prompt, thread_id, agui_run_id, mode = _read_run_input(document, request.args.get("mode"))
+        if mode is None:
+            mode = _client_mode(document, host.visibility)
         wire_format = _format(request.args.get("format"))  # refused before the run starts
         resume = _read_resume(document)
         if resume:
@@ -1231,6 +1238,18 @@ def _read_run_input(
     if mode is not None:
         mode = _mode(mode, mode)
     return prompt, ids[0], ids[1], mode
+
+
+def _client_mode(document: dict[str, Any], default: str) -> str:
+    """The mode of a `POST /agui` stream that names none (`?mode=`, `forwardedProps.mode`):
+    `attributed` or `custom` by what the client declares (`adapters.agui.stream_mode`), else
+    `default`; 400 `bad_capabilities` for a declaration that cannot be read."""
+    props = document.get("forwardedProps", document.get("forwarded_props"))
+    version = document.get("protocolVersion", document.get("protocol_version"))
+    try:
+        return stream_mode(props, version if isinstance(version, str) else None, default)
+    except CapabilityError as exc:
+        raise HttpError(400, "bad_capabilities", str(exc)) from None
 
 
 #: At most this many entries in one `RunAgentInput.resume`.

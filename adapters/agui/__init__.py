@@ -5,7 +5,8 @@ in one of the visibility modes `MODES` (`attributed`, the default, `custom`, `in
 declared here only): frames, each event's JSON with the cursor it carries, which `sse_bytes`
 writes as SSE and `websocket_messages` as WebSocket messages (`_framing`);
 `parse_sse` reads captured SSE back into events and `check_events` / `check_frames` hold them
-to the AG-UI verifier rules (`Rule`, `Violation`). Everything here is sans-IO: the server
+to the AG-UI verifier rules (`Rule`, `Violation`); `stream_mode` picks `attributed` or `custom`
+for a client by what it declares (`_capabilities`). Everything here is sans-IO: the server
 (`web.server`) and the `check-stream` command do the I/O.
 
 Remote AG-UI agents as delegation targets: `AguiTarget(AguiAgentConfig(url=...))` is what a host
@@ -13,6 +14,7 @@ registers under an agent key (`AgentSpec(key=..., protocol="agui", target=...)`)
 translation of the remote's stream is `AguiRemoteMapper` (sans-IO, `_remote`), the I/O `_target`.
 """
 
+from adapters.agui._capabilities import CapabilityError, stream_mode
 from adapters.agui._checker import Rule, StreamChecker, Violation, check_events, check_frames
 from adapters.agui._chunks import ChunkError, ChunkExpander
 from adapters.agui._encoder import (
@@ -36,6 +38,7 @@ __all__ = [
     "AguiRemoteMapper",
     "AguiStreamEncoder",
     "AguiTarget",
+    "CapabilityError",
     "ChunkError",
     "ChunkExpander",
     "Frame",
@@ -50,5 +53,6 @@ __all__ = [
     "frame_events",
     "parse_sse",
     "sse_bytes",
+    "stream_mode",
     "websocket_messages",
 ]
