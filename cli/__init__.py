@@ -1,8 +1,8 @@
 """The `subagent-engine` command: one console script, one subcommand per job.
 
 This module only parses arguments and dispatches; each job lives in its own module
-(`demo`, `cli.run`, `cli.serve`, `cli.a2a_serve`, `cli.check_stream`, `tools.bench.journal`,
-`tools.bench.a2a`, `tools.bench.mcp`, `tools.bench.scale`, `tools.soak`).
+(`demo`, `cli.run`, `cli.watch`, `cli.serve`, `cli.a2a_serve`, `cli.check_stream`,
+`tools.bench.journal`, `tools.bench.a2a`, `tools.bench.mcp`, `tools.bench.scale`, `tools.soak`).
 """
 
 from __future__ import annotations
@@ -97,6 +97,28 @@ def _parser() -> argparse.ArgumentParser:
         metavar="KIND",
         help="the parent: scripted, claude-code (or claude), codex (default: the config's "
         "[parent] kind; a CLI takes its model settings from [parent])",
+    )
+
+    watch = sub.add_parser(
+        "watch",
+        help="draw any run's stream live as a tree, by its URL and viewer token",
+        description=(
+            "Watch a run another process serves (subagent-engine serve, demo): its parent, tool "
+            "calls and subagents drawn live as a tree, as `run` draws them, until the run ends. "
+            "URL: the run's events URL (.../runs/<id>/events, what POST /runs answers), its run "
+            "URL (.../runs/<id>) or the page's link (.../#run=<id>&token=<token>). A dropped "
+            "connection is reopened from the last event (Last-Event-ID, at most 5 times in a "
+            "row). Exit status: 0 finished, 1 the run or a subagent failed, 2 bad URL or no "
+            "token, 3 cancelled, 4 token refused (401/403), 5 no such run or not its token "
+            "(404), 6 server unreachable or the stream lost, 7 not a run's stream, 130 Ctrl-C "
+            "(the run goes on)."
+        ),
+    )
+    watch.add_argument("url", metavar="URL", help="the run's events URL, run URL or page link")
+    watch.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the run's viewer token (default: the URL's token, else $SUBAGENT_ENGINE_TOKEN)",
     )
 
     serve = sub.add_parser(
@@ -197,6 +219,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cli.run import run_main
 
         return run_main(args.prompt, config_path=args.config, parent=args.parent)
+    if args.command == "watch":
+        from cli.watch import watch_main
+
+        return watch_main(args.url, token=args.token)
     if args.command == "serve":
         from cli.serve import serve_main
 

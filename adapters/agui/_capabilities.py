@@ -64,9 +64,7 @@ def declared_subagents(forwarded_props: Any, protocol_version: str | None) -> bo
             if "subagents" in multi_agent:
                 subagents = multi_agent["subagents"]
                 if not isinstance(subagents, bool):
-                    raise CapabilityError(
-                        f"{where}.multiAgent.subagents", "must be true or false."
-                    )
+                    raise CapabilityError(f"{where}.multiAgent.subagents", "must be true or false.")
                 return subagents
     if protocol_version is None:
         return None
