@@ -49,9 +49,25 @@ Accounting, per run (see `_account_run`), against what the journal store accepte
 - every remote task of a never-ending scenario got a CancelTask (A2A) or a stop (AG-UI), or
   its result says `cancel_pending` (which a CancelTask that is never answered must say); no
   AG-UI remote run is still streaming at the end;
+- every question (`subagent.input_required`) closed by exactly one `subagent.input_closed`;
+  every question the soak handled (`_account_questions`) answered by exactly the answer the
+  journal names (on the surface and by the `answered_by` journaled), no other answer accepted,
+  every other refused `question_closed` naming that closure, `answer_invalid` (only answers the
+  schema refuses), or after the run's end `run_ended` / `unknown_run` (nothing else, no 5xx);
+  each asker said exactly the answers that won; an expired question's delegation ended by its
+  `on_input_expiry`, a withdrawn one's cancelled or failed;
 
 and at the end: trio tasks, file descriptors and child processes back to their baseline, RSS
 within a tolerance of its baseline (taken after a warm-up run that exercised every agent).
+
+Questions: some runs (`SoakConfig.question_probability`) also delegate to in-process agents
+that ask one to three questions (`_asker`, some with a JSON Schema) and say each answer they
+got; `_Answerer` answers them, and the A2A `input_answered` scenario's, as they are journaled:
+per question the seeded RNG picks once on a random surface (`api`: `Run.answer` in-process;
+`http` and `page`: `POST /runs/<id>/answer` to a random node), two or three answers at once on
+different surfaces, once and again after it closed, an answer the schema refuses then a valid
+one, or never (the `asker_expiring*` agents wait `EXPIRY_WAIT` and expire, some answered late
+afterwards). AG-UI resume, MCP elicitation and A2A answers are not among the soak's surfaces.
 
 Where runs are kept (`SoakConfig.store`): `memory` (the engine's own stores), `sqlite` (a
 `adapters.sqlite_archive` file in a temporary directory: `Engine(archive=...)`), or `redis` (a
@@ -106,6 +122,7 @@ from adapters.redis_archive import open_redis_archive
 from adapters.sqlite_archive import open_sqlite_archive
 from engine import (
     AgentSpec,
+    AnswerSurface,
     DelegationError,
     DelegationEvent,
     DelegationHandle,
@@ -113,11 +130,15 @@ from engine import (
     DelegationRequest,
     Engine,
     EngineLimits,
+    ErrorCode,
+    InputExpiry,
     InputRequiredMode,
     JournalEntry,
     JournalStore,
     Kind,
     MemoryJournalStore,
+    Question,
+    QuestionOutcome,
     RemoteCancel,
     RetentionPolicy,
     Run,
@@ -204,7 +225,47 @@ AGUI_AGENTS: Final = (
     "oversized",
 )
 AGUI_NEVER_ENDING: Final = frozenset({"hang", "stubborn"})
-INPROCESS_AGENTS: Final = ("talker", "slowtalker", "crasher")
+#: In-process agents that ask questions (`_asker`): `asker` waits `ASK_WAIT` for each answer,
+#: the `asker_expiring*` ones `EXPIRY_WAIT`, then end by their `on_input_expiry` (`return`,
+#: `fail`); the soak never answers those in time.
+ASKERS: Final = ("asker", "asker_expiring", "asker_expiring_fail")
+EXPIRING_ASKERS: Final = frozenset({"asker_expiring", "asker_expiring_fail"})
+ASK_WAIT: Final = 30.0
+EXPIRY_WAIT: Final = 0.5
+#: Weights of the asking agents among the ones a run with questions adds to its plan.
+ASKER_WEIGHTS: Final[dict[str, int]] = {"asker": 4, "asker_expiring": 1, "asker_expiring_fail": 1}
+#: The agents whose questions the soak answers (`_Answerer`).
+ANSWERED_AGENTS: Final = frozenset({*ASKERS, "a2a_input_answered"})
+#: How the soak treats one question (`_Answerer`): answered `once` on a random surface; by
+#: 2 or 3 answers at once on different surfaces (`race2`, `race3`: one wins, the others are
+#: refused `question_closed` naming the winner); answered once and again after it closed
+#: (`late`); first with an answer its schema refuses, then validly (`invalid-first`); never
+#: (`never`: it expires by the agent's policy), or never and then late (`never+late`).
+ANSWER_PATTERNS: Final[dict[str, int]] = {
+    "once": 3,
+    "race2": 2,
+    "race3": 2,
+    "late": 2,
+    "invalid-first": 3,
+}
+EXPIRY_PATTERNS: Final = ("never", "never+late")
+QUESTION_PATTERNS: Final = (*ANSWER_PATTERNS, *EXPIRY_PATTERNS)
+#: What an answer may be refused with, and the HTTP status that says it (`_check_refusal`):
+#: a closed question, an answer its schema refuses, and, after the run ended, the run's end
+#: (`run_ended`) or a run the host no longer keeps (`unknown_run`).
+REFUSALS: Final[dict[str, int]] = {
+    ErrorCode.QUESTION_CLOSED: 409,
+    ErrorCode.ANSWER_INVALID: 422,
+    "run_ended": 409,
+    "unknown_run": 404,
+}
+#: The response schema of the questions an asker asks with one (`_asks_with_schema`).
+APPROVAL_SCHEMA: Final[dict[str, Any]] = {
+    "type": "object",
+    "properties": {"approved": {"type": "boolean"}, "note": {"type": "string"}},
+    "required": ["approved"],
+}
+INPROCESS_AGENTS: Final = ("talker", "slowtalker", "crasher", *ASKERS)
 #: Weights of the fault draw (in-process agents included; AG-UI ones as `agui_<scenario>`).
 WEIGHTS: Final[dict[str, int]] = {
     "talker": 6,
@@ -298,6 +359,8 @@ class SoakConfig:
     store: str = attrs.field(default="memory")
     #: Server nodes sharing the store (more than one only with `redis`).
     nodes: int = attrs.field(default=1)
+    #: Share of runs that also delegate to one or two asking agents (`ASKERS`).
+    question_probability: float = 0.35
 
     @store.validator
     def _known_store(self, _: Any, value: str) -> None:
@@ -346,6 +409,16 @@ class SoakReport:
     #: server sends them again after `Last-Event-ID` (an EventSource dispatches them twice).
     resent_frames: int = 0
     sse_frames: int = 0
+    #: Questions the journal asked, and the ones with exactly one `subagent.input_closed`.
+    questions_asked: int = 0
+    questions_closed_once: int = 0
+    #: Questions the soak answered (or let expire), by pattern (`QUESTION_PATTERNS`).
+    question_patterns: Counter[str] = attrs.field(factory=Counter)
+    #: How those questions closed in the journal (`answered via <surface>`, `expired`, ...).
+    question_outcomes: Counter[str] = attrs.field(factory=Counter)
+    #: What each answer got: `accepted <surface>`, `forwarded` (to the owner node), or the
+    #: refusal's code.
+    answers: Counter[str] = attrs.field(factory=Counter)
     lost: list[str] = attrs.field(factory=list)
     mismatches: list[str] = attrs.field(factory=list)
     #: AG-UI conformance violations (`adapters.agui` checker) of the viewers' spliced streams.
@@ -375,6 +448,13 @@ class SoakReport:
             ("fold notices by viewer kind", _counts(self.fold_notices)),
             ("AG-UI events read / sent again", f"{self.sse_frames} / {self.resent_frames}"),
             ("parents cancelled", str(self.parent_cancels)),
+            (
+                "questions asked / closed exactly once",
+                f"{self.questions_asked} / {self.questions_closed_once}",
+            ),
+            ("questions by answer pattern", _counts(self.question_patterns)),
+            ("questions by journaled closure", _counts(self.question_outcomes)),
+            ("answers by what they got", _counts(self.answers)),
             (
                 "runs checked in the archive",
                 str(self.archived_runs) if self.store != "memory" else "-",
@@ -475,6 +555,33 @@ async def _crasher(task: LocalTask) -> str:
     raise RuntimeError("soak: the in-process agent crashed")
 
 
+def _question_count(agent_key: str, objective: str) -> int:
+    """How many questions an asker asks for `objective` (one for the expiring ones)."""
+    return 1 if agent_key in EXPIRING_ASKERS else random.Random(f"{objective}/asks").randint(1, 3)
+
+
+def _asks_with_schema(objective: str, number: int) -> bool:
+    """Whether question `number` of an asker's `objective` comes with `APPROVAL_SCHEMA`."""
+    return random.Random(f"{objective}/{number}/schema").random() < 0.6
+
+
+def _echo(number: int, text: str | None, data: Mapping[str, Any] | None) -> str:
+    """The line an asker says for the answer it got to its question `number`."""
+    got = text if data is None else json.dumps(dict(data), sort_keys=True)
+    return f"[{number}] {got}\n"
+
+
+async def _asker(task: LocalTask) -> str:
+    """Asks its questions one after another and says each answer it got (`_echo`), so the
+    accounting can tell the agent received exactly the accepted answer."""
+    count = _question_count(task.task.agent_key, task.objective)
+    for number in range(count):
+        schema = APPROVAL_SCHEMA if _asks_with_schema(task.objective, number) else None
+        answer = await task.ask(f"{task.objective} q{number}: may I go on?", schema=schema)
+        await task.say(_echo(number, answer.text, answer.data))
+    return f"got {count} answers"
+
+
 def _agui_text() -> dict[str, str]:
     """Text the AG-UI remote's scenarios stream for the delegation itself (not for the remote's
     own subagents) when they complete."""
@@ -501,6 +608,13 @@ def _agents(port: int, agui_port: int) -> list[AgentSpec]:
         AgentSpec(key="slowtalker", target=InProcessTarget(_slowtalker), policy=base),
         AgentSpec(key="crasher", target=InProcessTarget(_crasher), policy=base),
     ]
+    asks = attrs.evolve(base, input_required=InputRequiredMode.SURFACE, input_wait_timeout=ASK_WAIT)
+    for key in ASKERS:
+        policy = asks
+        if key in EXPIRING_ASKERS:
+            expiry = InputExpiry.FAIL if key.endswith("_fail") else InputExpiry.RETURN
+            policy = attrs.evolve(asks, input_wait_timeout=EXPIRY_WAIT, on_input_expiry=expiry)
+        specs.append(AgentSpec(key=key, target=InProcessTarget(_asker), policy=policy))
     for key, scenario in A2A_AGENTS.items():
         mode = InputRequiredMode.SURFACE if key == "input_answered" else InputRequiredMode.RETURN
         config = A2AAgentConfig(
@@ -785,13 +899,207 @@ async def _view_ws(
         await trio.sleep(rng.uniform(0.0, 0.2))
 
 
-async def _answer_inputs(answer: Callable[[str], Awaitable[None]], journal: RunJournal) -> None:
-    """Answer every input request of the `a2a_input_answered` agent with "soak"."""
-    async with journal.subscribe(0) as sub:
-        async for entry in sub:
-            event = entry.event
-            if event.kind == Kind.INPUT_REQUIRED and event.agent_key == "a2a_input_answered":
-                await answer(event.delegation_id or "")
+@attrs.define
+class _Attempt:
+    """One answer the soak gave to one question, and what it got back."""
+
+    delegation_id: str
+    question_id: str
+    surface: str
+    #: Unique per answer, so the journal's `answered_by` names the answer that won.
+    answered_by: str
+    text: str | None = None
+    data: dict[str, Any] | None = None
+    #: Whether the question's schema takes it (`invalid-first` sends one it refuses first).
+    valid: bool = True
+    #: Sent after the soak saw the question close in the journal.
+    late: bool = False
+    #: `accepted`, `forwarded` (202 from a node not owning the run: the owner decides), or
+    #: the refusal's code (`error <type>` if it raised something else).
+    outcome: str = ""
+    #: The HTTP status (0 for the in-process API).
+    status: int = 0
+    #: The refusal's details (`question_closed`: which question, how it closed, who answered).
+    details: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.define
+class _Asked:
+    """A question the soak answered (or let expire): as asked, how, and every answer."""
+
+    question: Question
+    pattern: str
+    attempts: list[_Attempt] = attrs.field(factory=list)
+    #: The question's own draws (surfaces, answers), seeded by its run, delegation and number.
+    rng: random.Random = attrs.field(factory=random.Random, repr=False, eq=False)
+
+
+#: Gives one answer through one surface, filling in what it got.
+_Give = Callable[[_Attempt], Awaitable[None]]
+
+
+class _Answerer:
+    """Answers the questions of one run's `ANSWERED_AGENTS` as their journal asks them: per
+    question a pattern (`QUESTION_PATTERNS`) and surfaces drawn from the seeded RNG among
+    `surfaces` (the in-process API, and for runs over HTTP `POST /runs/<id>/answer` as `http`
+    and as `page`, each to a random node). It reads the journal until the run terminal;
+    every answer it gave is in `asked`."""
+
+    def __init__(
+        self, seed: int, objectives: Mapping[str, str], surfaces: Mapping[str, _Give]
+    ) -> None:
+        self.seed = seed
+        self.objectives = objectives
+        self.surfaces = surfaces
+        self.asked: list[_Asked] = []
+        self._closed: dict[str, trio.Event] = {}
+        self._per_delegation: Counter[str] = Counter()
+
+    async def run(self, journal: RunJournal) -> None:
+        async with trio.open_nursery() as nursery:
+            try:
+                async with journal.subscribe(0) as sub:
+                    async for entry in sub:
+                        event, question = entry.event, entry.event.question
+                        if question is None:
+                            continue
+                        closed = self._closed.setdefault(question.id, trio.Event())
+                        if event.kind == Kind.INPUT_CLOSED:
+                            closed.set()
+                        elif event.kind == Kind.INPUT_REQUIRED and (
+                            event.agent_key in ANSWERED_AGENTS
+                        ):
+                            nursery.start_soon(self._answer, self._draw(event.agent_key, question))
+            finally:
+                for closed in self._closed.values():  # the run ended: late answers go now
+                    closed.set()
+
+    def _draw(self, agent_key: str | None, question: Question) -> _Asked:
+        did = question.delegation_id
+        number = self._per_delegation[did]
+        self._per_delegation[did] += 1
+        rng = random.Random(f"{self.seed}/{self.objectives.get(did, did)}/{number}")
+        if agent_key in EXPIRING_ASKERS:
+            pattern = rng.choice(EXPIRY_PATTERNS)
+        else:
+            names = [p for p in ANSWER_PATTERNS if question.response_schema or p != "invalid-first"]
+            pattern = rng.choices(names, [ANSWER_PATTERNS[p] for p in names])[0]
+        asked = _Asked(question, pattern, rng=rng)
+        self.asked.append(asked)
+        return asked
+
+    def _attempt(self, asked: _Asked, surface: str, **fields: Any) -> _Attempt:
+        """A valid answer to `asked` on `surface` unless `fields` say otherwise."""
+        question, rng = asked.question, asked.rng
+        label = f"soak {question.id} #{len(asked.attempts)} {surface}"
+        attempt = _Attempt(question.delegation_id, question.id, surface, label, **fields)
+        if attempt.text is None and attempt.data is None:
+            if question.agent_key == "a2a_input_answered":
+                attempt.text = "soak"  # what the A2A remote says it got (`A2A_TEXT`)
+            elif question.response_schema is not None:
+                attempt.data = {"approved": rng.random() < 0.5, "note": label}
+            else:
+                attempt.text = f"go on, says {label}"
+        asked.attempts.append(attempt)
+        return attempt
+
+    async def _give(self, attempt: _Attempt) -> None:
+        try:
+            await self.surfaces[attempt.surface](attempt)
+        except Exception as exc:  # whatever it was (httpx, a bug), the accounting reports it
+            attempt.outcome = f"error {type(exc).__name__}: {str(exc)[:120]}"
+
+    async def _answer(self, asked: _Asked) -> None:
+        rng = asked.rng
+        names = sorted(self.surfaces)
+        closed = self._closed[asked.question.id]
+        pattern = asked.pattern
+        if pattern in EXPIRY_PATTERNS:
+            await closed.wait()
+            if pattern == "never+late":
+                await self._give(self._attempt(asked, rng.choice(names), late=True))
+            return
+        if pattern.startswith("race"):
+            count = int(pattern[-1])
+            chosen = rng.sample(names, count) if len(names) >= count else [names[0]] * count
+            attempts = [self._attempt(asked, surface) for surface in chosen]
+            async with trio.open_nursery() as racing:
+                for attempt in attempts:
+                    racing.start_soon(self._give, attempt)
+            return
+        if pattern == "invalid-first":
+            invalid = {"approved": "yes"}  # not a boolean: APPROVAL_SCHEMA refuses it
+            await self._give(self._attempt(asked, rng.choice(names), data=invalid, valid=False))
+        await self._give(self._attempt(asked, rng.choice(names)))
+        if pattern == "late":
+            await closed.wait()
+            await self._give(self._attempt(asked, rng.choice(names), late=True))
+
+
+def _give_in_process(run: Callable[[], Run | None]) -> _Give:
+    """The API surface: `Run.answer` on the run's own engine (`run()`: None once it ended)."""
+
+    async def give(attempt: _Attempt) -> None:
+        live = run()
+        if live is None:
+            attempt.outcome = "run_ended"
+            return
+        try:
+            live.answer(
+                attempt.delegation_id,
+                text=attempt.text,
+                data=attempt.data,
+                question_id=attempt.question_id,
+                surface=AnswerSurface.API,
+                answered_by=attempt.answered_by,
+            )
+        except DelegationError as exc:
+            attempt.outcome = exc.code
+            attempt.details = dict(exc.metadata or {})
+        else:
+            attempt.outcome = "accepted"
+        await trio.lowlevel.checkpoint()
+
+    return give
+
+
+def _give_over_http(
+    http: httpx.AsyncClient,
+    run_id: str,
+    auth: Mapping[str, str],
+    bases: Sequence[str],
+    nodes: random.Random,
+    elsewhere: Counter[str],
+    home: str,
+) -> _Give:
+    """The `http` and `page` surfaces: `POST /runs/<id>/answer` to a random node."""
+
+    async def give(attempt: _Attempt) -> None:
+        body: dict[str, Any] = {
+            "delegationId": attempt.delegation_id,
+            "questionId": attempt.question_id,
+            "answeredBy": attempt.answered_by,
+            "surface": attempt.surface,
+        }
+        if attempt.text is not None:
+            body["text"] = attempt.text
+        if attempt.data is not None:
+            body["data"] = attempt.data
+        at = _pick(nodes, bases)
+        elsewhere["answers"] += at != home
+        reply = await http.post(f"{at}/runs/{run_id}/answer", json=body, headers=dict(auth))
+        attempt.status = reply.status_code
+        try:
+            document = reply.json()
+        except ValueError:
+            document = {}
+        if reply.status_code == 202:
+            attempt.outcome = "forwarded" if document.get("forwarded") else "accepted"
+        else:
+            attempt.outcome = str(document.get("error") or f"http {reply.status_code}")
+            attempt.details = dict(document.get("details") or {})
+
+    return give
 
 
 # -- one run ----------------------------------------------------------------------------------
@@ -844,11 +1152,20 @@ def _plan(config: SoakConfig, index: int) -> _RunPlan:
     # Each AG-UI viewer's visibility mode (`?mode=`), from a stream of its own too.
     mode_rng = random.Random(f"{config.seed}/{index}/modes")
     modes = [mode_rng.choice(MODES) if kind in AGUI_VIEWER_KINDS else "" for kind in viewers]
+    stagger = [round(rng.uniform(0.0, 0.2), 3) for _ in agents]
+    # Asking agents, added from a stream of their own (the draws above stay what they were).
+    ask_rng = random.Random(f"{config.seed}/{index}/questions")
+    if ask_rng.random() < config.question_probability:
+        names, weights = list(ASKER_WEIGHTS), list(ASKER_WEIGHTS.values())
+        for asker in ask_rng.choices(names, weights, k=ask_rng.choice((1, 1, 2))):
+            agents.append(asker)
+            timeouts.append(None)
+            stagger.append(round(ask_rng.uniform(0.0, 0.2), 3))
     return _RunPlan(
         run_id=f"soak-{config.seed}-{index}",
         agents=[_agent_key(a) for a in agents],
         timeouts=timeouts,
-        stagger=[round(rng.uniform(0.0, 0.2), 3) for _ in agents],
+        stagger=stagger,
         viewers=viewers,
         cancel_at=cancel_at,
         small_window=small_window,
@@ -868,6 +1185,8 @@ class _RunOutcome:
     cancelled: bool
     http_viewers: list[_HttpViewer] = attrs.field(factory=list)
     tolerate: frozenset[str] = frozenset()
+    #: The questions the soak answered or let expire, with every answer it gave.
+    questions: list[_Asked] = attrs.field(factory=list)
 
 
 class _HttpClients:
@@ -992,6 +1311,7 @@ async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
     handles: list[DelegationHandle] = []
     soak.progress[plan.run_id] = [*viewers, *http_viewers]
     objectives: dict[str, str] = {}
+    answerer = _Answerer(config.seed, objectives, {})
     cancelled = False
     all_started = trio.Event()
 
@@ -1021,14 +1341,8 @@ async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
             journal = run.journal
             for viewer in viewers:
                 watchers.start_soon(_view, journal, viewer, random.Random(rng.random()))
-
-            async def answer_in_process(delegation_id: str) -> None:
-                try:
-                    run.answer(delegation_id, text="soak")
-                except DelegationError:
-                    pass  # it ended meanwhile (cancelled, timed out)
-
-            watchers.start_soon(_answer_inputs, answer_in_process, journal)
+            answerer.surfaces = {AnswerSurface.API: _give_in_process(lambda: run)}
+            watchers.start_soon(answerer.run, journal)
             if plan.cancel_at is None:
                 await drive(run)
             else:
@@ -1039,7 +1353,7 @@ async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
                     run.cancel("soak: the parent was cancelled")
     else:
         cancelled = await _one_http_run(
-            soak, plan, drive, unfinished, viewers, http_viewers, rng, node_rng
+            soak, plan, drive, unfinished, viewers, http_viewers, rng, node_rng, answerer
         )
     soak.owners.pop(plan.run_id, None)
     return _RunOutcome(
@@ -1052,6 +1366,7 @@ async def _one_run(soak: _Soak, index: int) -> _RunOutcome:
         cancelled=cancelled,
         http_viewers=http_viewers,
         tolerate=config.tolerate,
+        questions=answerer.asked,
     )
 
 
@@ -1064,10 +1379,12 @@ async def _one_http_run(
     http_viewers: list[_HttpViewer],
     rng: random.Random,
     node_rng: random.Random,
+    answerer: _Answerer,
 ) -> bool:
     """Start the run with `POST /runs` (its parent runs `drive`) on its owner node, watch it
     over HTTP, stop it with `POST /runs/<id>/stop` at `plan.cancel_at`; True if it was stopped.
-    Every viewer connection, stop and answer goes to a random node (`node_rng`)."""
+    Every viewer connection and stop goes to a random node (`node_rng`); `answerer` answers
+    in-process on the owner (`api`) and over HTTP (`http`, `page`) to random nodes."""
     assert soak.clients is not None and soak.host is not None
     http = soak.clients.fast
     owner = soak.owners.get(plan.run_id)
@@ -1099,13 +1416,20 @@ async def _one_http_run(
     assert journal is not None
     cancelled = False
 
-    async def answer_over_http(delegation_id: str) -> None:
-        answer = {"delegationId": delegation_id, "text": "soak"}
-        at = _pick(node_rng, bases)
-        soak.elsewhere["answers"] += at != base
-        reply = await http.post(f"{at}/runs/{plan.run_id}/answer", json=answer, headers=auth)
-        if reply.status_code not in (202, 409):  # 409: it ended meanwhile
-            raise RuntimeError(f"POST answer: HTTP {reply.status_code} {reply.text[:200]}")
+    over_http = _give_over_http(
+        http,
+        plan.run_id,
+        auth,
+        bases,
+        random.Random(f"{plan.run_id}/answer-nodes"),
+        soak.elsewhere,
+        base,
+    )
+    answerer.surfaces = {
+        AnswerSurface.API: _give_in_process(lambda: None if hosted.over else hosted.run),
+        AnswerSurface.HTTP: over_http,
+        AnswerSurface.PAGE: over_http,
+    }
 
     async with trio.open_nursery() as watchers:
         urls = [f"{b}{document['events_url']}" for b in bases]
@@ -1120,7 +1444,7 @@ async def _one_http_run(
                 )
         for journal_viewer in viewers:
             watchers.start_soon(_view, journal, journal_viewer, rng_of(rng))
-        watchers.start_soon(_answer_inputs, answer_over_http, journal)
+        watchers.start_soon(answerer.run, journal)
         if plan.cancel_at is not None:
             with trio.move_on_after(plan.cancel_at):
                 await driven.wait()
@@ -1641,6 +1965,195 @@ def _account_run(outcome: _RunOutcome, report: SoakReport, agui_text: dict[str, 
             polled = [m.text for m in result.messages] + [result.summary or ""]
             if fault == "nostream" and not any("polled result" in text for text in polled):
                 report.mismatches.append(f"{what}: polled text missing from {polled!r}")
+    _account_questions(outcome, report)
+
+
+def _account_questions(outcome: _RunOutcome, report: SoakReport) -> None:
+    """Every question of the run against the journal (`subagent.input_required` asks it,
+    `subagent.input_closed` closes it): each closed exactly once; each the soak handled
+    (`_account_question`) answered by exactly the answer the journal names, every other
+    answer refused as it should be; each asker said exactly the answers that won, in order."""
+    where = outcome.plan.run_id
+    asked: dict[str, Question] = {}
+    closures: dict[str, list[Question]] = defaultdict(list)
+    by_delegation: dict[str, list[str]] = defaultdict(list)
+    texts: dict[str, list[str]] = defaultdict(list)
+    for entry in outcome.store.accepted:
+        event = entry.event
+        if event.kind == Kind.INPUT_REQUIRED and event.question is not None:
+            asked[event.question.id] = event.question
+            by_delegation[event.question.delegation_id].append(event.question.id)
+        elif event.kind == Kind.INPUT_CLOSED:
+            if event.question is None:
+                report.mismatches.append(f"{where}: cursor {entry.cursor}: closes no question")
+            else:
+                closures[event.question.id].append(event.question)
+        elif event.kind == Kind.TEXT_DELTA and event.nested_id is None and event.delegation_id:
+            texts[event.delegation_id].append(event.delta or "")
+    for question_id in asked:
+        report.questions_asked += 1
+        closed = closures.get(question_id, [])
+        if len(closed) == 1:
+            report.questions_closed_once += 1
+        else:
+            outcomes = [q.outcome for q in closed]
+            report.lost.append(f"{where}/{question_id}: closed {len(closed)} times {outcomes}")
+    for question_id in sorted(set(closures) - set(asked)):
+        report.mismatches.append(f"{where}/{question_id}: closed, never asked")
+    results = {result.delegation_id: result for result in outcome.results}
+    handled = {item.question.id: item for item in outcome.questions}
+    for question_id, question in asked.items():
+        if question.agent_key in ANSWERED_AGENTS and question_id not in handled:
+            report.lost.append(f"{where}/{question_id}: asked, never seen by the soak's answerer")
+    winners: dict[str, _Attempt | None] = {}
+    for item in outcome.questions:
+        closed = closures.get(item.question.id, [])
+        result = results.get(item.question.delegation_id)
+        winners[item.question.id] = _account_question(where, item, closed, closures, result, report)
+    for delegation_id, result in results.items():
+        if result.agent not in ASKERS:
+            continue
+        said = "".join(texts.get(delegation_id, []))
+        heard = ""
+        for number, question_id in enumerate(by_delegation.get(delegation_id, [])):
+            winner = winners.get(question_id)
+            if winner is None:
+                break
+            heard += _echo(number, winner.text, winner.data)
+        done = result.status == Status.COMPLETED
+        if said != heard if done else not heard.startswith(said):
+            report.mismatches.append(
+                f"{where}/{delegation_id} ({result.agent}, {result.status}): said {said!r}, "
+                f"the accepted answers were {heard!r}"
+            )
+
+
+def _account_question(
+    where: str,
+    item: _Asked,
+    closed: list[Question],
+    closures: Mapping[str, list[Question]],
+    result: Any,
+    report: SoakReport,
+) -> _Attempt | None:
+    """One question the soak handled: the answer the journal says won is one the soak gave
+    on that surface, taken (`accepted`, or `forwarded` to the owner node), and valid; no
+    other was accepted; every other was refused as `_check_refusal` says; an unanswered
+    question expired (the expiring askers, their delegation ending by `on_input_expiry`) or
+    was withdrawn (its delegation ended otherwise). Returns the winning answer (None: none)."""
+    question, attempts = item.question, item.attempts
+    what = f"{where}/{question.id} ({question.agent_key}, {item.pattern})"
+    report.question_patterns[item.pattern] += 1
+    for attempt in attempts:
+        took = attempt.outcome == "accepted"
+        report.answers[f"accepted {attempt.surface}" if took else attempt.outcome] += 1
+    if len(closed) != 1:
+        return None  # reported with every question
+    closure = closed[0]
+    how = closure.outcome or "open"
+    if closure.outcome == QuestionOutcome.ANSWERED:
+        how += f" via {closure.surface}"
+    report.question_outcomes[how] += 1
+    accepted = [attempt for attempt in attempts if attempt.outcome == "accepted"]
+    if len(accepted) > 1:
+        report.mismatches.append(
+            f"{what}: {len(accepted)} answers accepted: {[a.answered_by for a in accepted]}"
+        )
+    winner: _Attempt | None = None
+    if closure.outcome == QuestionOutcome.ANSWERED:
+        named = [a for a in attempts if a.answered_by == closure.answered_by]
+        if len(named) != 1:
+            report.mismatches.append(
+                f"{what}: journaled answered by {closure.answered_by!r}, no answer of the soak's"
+            )
+        else:
+            winner = named[0]
+            if winner.surface != closure.surface:
+                report.mismatches.append(
+                    f"{what}: answered on {winner.surface}, journaled {closure.surface}"
+                )
+            if winner.outcome not in ("accepted", "forwarded"):
+                report.mismatches.append(
+                    f"{what}: the journaled answer {winner.answered_by!r} was refused "
+                    f"{winner.outcome}"
+                )
+            if not winner.valid:
+                report.mismatches.append(f"{what}: an answer its schema refuses was taken")
+        for attempt in accepted:
+            if attempt is not winner:
+                report.mismatches.append(
+                    f"{what}: {attempt.answered_by!r} accepted, journaled {closure.answered_by!r}"
+                )
+    else:
+        for attempt in accepted:
+            report.lost.append(
+                f"{what}: {attempt.answered_by!r} was accepted, the journal says {how}"
+            )
+    for attempt in attempts:
+        if attempt is not winner and attempt.outcome != "accepted":
+            problem = _check_refusal(attempt, question, closure, closures)
+            if problem is not None:
+                report.mismatches.append(f"{what}: {attempt.answered_by!r}: {problem}")
+    status = getattr(result, "status", None)
+    code = result.error.code if result is not None and result.error else None
+    if closure.outcome == QuestionOutcome.EXPIRED:
+        if item.pattern not in EXPIRY_PATTERNS:
+            report.mismatches.append(f"{what}: expired, though the soak answered it")
+        # `on_input_expiry`: `fail` fails with `input_required`; `return` ends with status
+        # `input_required` (its error saying why), for the parent model to decide.
+        failing = question.agent_key.endswith("_fail")
+        expected = (Status.FAILED if failing else Status.INPUT_REQUIRED, ErrorCode.INPUT_REQUIRED)
+        if (status, code) != expected:
+            report.mismatches.append(
+                f"{what}: expired, then the delegation ended {status}/{code}, not {expected}"
+            )
+    elif closure.outcome == QuestionOutcome.WITHDRAWN:
+        if status not in (Status.CANCELLED, Status.FAILED):
+            report.mismatches.append(f"{what}: withdrawn, yet its delegation ended {status}")
+    elif closure.outcome != QuestionOutcome.ANSWERED or item.pattern in EXPIRY_PATTERNS:
+        report.mismatches.append(f"{what}: closed {how}, which the soak never asked for")
+    return winner
+
+
+def _check_refusal(
+    attempt: _Attempt,
+    question: Question,
+    closure: Question,
+    closures: Mapping[str, list[Question]],
+) -> str | None:
+    """What is wrong with the refusal of an answer that did not win (None: nothing): it must
+    be a `REFUSALS` code with its HTTP status; `answer_invalid` only for an answer the schema
+    refuses; `question_closed` naming a question of the same delegation that closed as the
+    journal says (how, and who answered); or `forwarded` to the owner node, who decides."""
+    if attempt.outcome == "forwarded":
+        return None
+    if attempt.outcome not in REFUSALS:
+        return f"refused {attempt.outcome!r} (HTTP {attempt.status}) {attempt.details}"
+    if attempt.status not in (0, REFUSALS[attempt.outcome]):
+        return f"{attempt.outcome} with HTTP {attempt.status}"
+    if attempt.outcome == ErrorCode.ANSWER_INVALID:
+        return "a valid answer refused as invalid" if attempt.valid else None
+    if attempt.outcome != ErrorCode.QUESTION_CLOSED:
+        return None  # the run had ended
+    named_id = attempt.details.get("question_id")
+    named = closure if named_id == question.id else None
+    if named is None and isinstance(named_id, str):
+        of_delegation = closures.get(named_id, [])
+        if of_delegation and of_delegation[0].delegation_id == question.delegation_id:
+            named = of_delegation[0]
+    if named is None:
+        return f"question_closed names {named_id!r}, no closed question of its delegation"
+    if attempt.details.get("outcome") != named.outcome:
+        return f"question_closed says {attempt.details.get('outcome')}, journaled {named.outcome}"
+    if named.outcome == QuestionOutcome.ANSWERED and (
+        attempt.details.get("answered_by") != named.answered_by
+        or attempt.details.get("surface") != named.surface
+    ):
+        return (
+            f"question_closed names {attempt.details.get('answered_by')!r} on "
+            f"{attempt.details.get('surface')}, journaled {named.answered_by!r} on {named.surface}"
+        )
+    return None
 
 
 def _account_remote(
@@ -2094,7 +2607,7 @@ async def _soak(
                 nodes=config.nodes,
             )
             async with trio.open_nursery() as nursery:
-                for n, agent in enumerate(WEIGHTS):
+                for n, agent in enumerate((*WEIGHTS, *ASKERS)):
                     nursery.start_soon(_warm_run, soak.eng, stores, warm, n, [_agent_key(agent)])
                 warm_http = attrs.evolve(
                     soak,
