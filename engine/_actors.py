@@ -44,7 +44,7 @@ from engine._endpoint import RunEndpoint, RunEndpointError, RunEndpointProvider
 from engine._events import DelegationEvent, Kind
 from engine._journal import JournalStore, MemoryJournalStore, RunJournal, Subscription
 from engine._lanes import JournalEntry, LaneBuffer
-from engine._questions import AnswerSurface, Question, QuestionOutcome, closed_error
+from engine._questions import AnswerSurface, Question, QuestionBook, QuestionOutcome
 from engine._recovery import RecoveredRun, recover_runs
 from engine._redact import Redactor, is_valid_unicode, valid_text, valid_value
 from engine._registry import (
@@ -58,6 +58,7 @@ from engine._registry import (
     Registry,
 )
 from engine._results import (
+    ArtifactRef,
     DelegationError,
     DelegationResult,
     ErrorCode,
@@ -532,9 +533,11 @@ class RunActor:
         self._ended = False  # a run terminal was published (by finish()/fail() or closing)
         self._work: trio.Nursery | None = None
         self._active: dict[str, DelegationActor] = {}
-        #: The last closed question of each ended delegation that asked: a late answer is
-        #: told how it closed and who answered.
-        self._ended_questions: dict[str, Question] = {}
+        #: Ended delegations that kept artifact contents (`Run.artifact`), for the run's life.
+        self._ended_artifacts: dict[str, DelegationState] = {}
+        #: The closed questions of each ended delegation that asked (a bounded number each):
+        #: a late answer is told how the question it names closed and who answered.
+        self._ended_questions: dict[str, QuestionBook] = {}
         self._results: OrderedDict[str, DelegationResult] = OrderedDict()
         self._sequence = itertools.count(1)
         self.store_errors = 0
@@ -775,9 +778,10 @@ class RunActor:
     def _delegation_ended(self, actor: DelegationActor) -> None:
         if self._active.pop(actor.delegation_id, None) is not None:
             self.engine.active_delegations -= 1
-        last = actor.state.questions.last_closed
-        if last is not None:
-            self._ended_questions[actor.delegation_id] = last
+        if actor.state.artifact_contents:
+            self._ended_artifacts[actor.delegation_id] = actor.state
+        if actor.state.questions.last_closed is not None:
+            self._ended_questions[actor.delegation_id] = actor.state.questions
 
 
 @attrs.frozen
@@ -1313,7 +1317,7 @@ class Run:
         (not what the question's `response_schema` asks for; the question stays open),
         `invalid_input` (no open question, or the agent does not wait for answers) and
         `delegation_not_found`."""
-        return self._delegation_for_answer(delegation_id).answer(
+        return self._delegation_for_answer(delegation_id, question_id).answer(
             Answer(text=text, data=data),
             question_id=question_id,
             surface=surface,
@@ -1335,7 +1339,7 @@ class Run:
         `answer` (a question already closed cannot be declined)."""
         if then not in InputExpiry.ALL:
             raise ValueError(f"then must be one of {sorted(InputExpiry.ALL)}, not {then!r}")
-        return self._delegation_for_answer(delegation_id).answer(
+        return self._delegation_for_answer(delegation_id, question_id).answer(
             _Decline(then), question_id=question_id, surface=surface, answered_by=answered_by
         )
 
@@ -1350,13 +1354,20 @@ class Run:
             (q for q in open_questions if q is not None), key=lambda q: (q.asked_at, q.id)
         )
 
-    def _delegation_for_answer(self, delegation_id: str) -> DelegationActor:
+    def _delegation_for_answer(
+        self, delegation_id: str, question_id: str | None
+    ) -> DelegationActor:
         actor = self._actor._active.get(delegation_id)
         if actor is not None:
             return actor
         ended = self._actor._ended_questions.get(delegation_id)
         if ended is not None:
-            raise closed_error(ended)
+            # Nothing is open any more: the question named (or the last one) says how it closed.
+            ended.check_open(question_id, delegation_id=delegation_id)
+            raise DelegationError(
+                code=ErrorCode.INVALID_INPUT,
+                message=f"Delegation {delegation_id[:64]} has ended; it has no open question.",
+            )
         if delegation_id in self._actor._results:
             raise DelegationError(
                 code=ErrorCode.INVALID_INPUT,
@@ -1374,6 +1385,16 @@ class Run:
 
     def result(self, delegation_id: str) -> DelegationResult | None:
         return self._actor._results.get(delegation_id)
+
+    def artifact(self, delegation_id: str, artifact_id: str) -> tuple[ArtifactRef, bytes] | None:
+        """An artifact of one of this run's delegations with the content its target gave,
+        running or ended (None: unknown, or only referenced). Kept in memory while this handle
+        lives; an archived run has references only."""
+        actor = self._actor._active.get(delegation_id)
+        state = (
+            actor.state if actor is not None else self._actor._ended_artifacts.get(delegation_id)
+        )
+        return None if state is None else state.artifact(artifact_id)
 
     async def emit(self, kind: str, **fields: Any) -> None:
         """Publish one of the parent's own payloads (text, reasoning, tool calls, custom)."""

@@ -334,3 +334,28 @@ def test_exactly_one_answer_is_accepted_whatever_the_surfaces_and_order(
             assert result.summary == f"answered {{'year': {n}}}"
 
     trio.run(main)
+
+
+async def test_a_late_answer_naming_an_earlier_question_is_told_how_that_one_closed() -> None:
+    async with open_run([spec(asking(times=2), **SURFACE)]) as run:
+        handle = run.start_delegation(request())
+        first = await asked(run)
+        run.answer(handle.delegation_id, text="2024", surface=AnswerSurface.PAGE, answered_by="ana")
+        second = await asked(run)
+        run.answer(handle.delegation_id, text="2025", surface=AnswerSurface.HTTP, answered_by="bo")
+        await handle.wait()
+    refusals = {}
+    for question, name in ((first, "first"), (second, "second")):
+        with pytest.raises(DelegationError) as info:
+            run.answer(handle.delegation_id, text="late", question_id=question.id)
+        refusals[name] = info.value
+    assert refusals["first"].code == ErrorCode.QUESTION_CLOSED
+    assert refusals["first"].metadata["question_id"] == first.id
+    assert refusals["first"].metadata["answered_by"] == "ana"
+    assert refusals["second"].metadata["answered_by"] == "bo"
+    with pytest.raises(DelegationError) as unnamed:
+        run.answer(handle.delegation_id, text="late")
+    assert unnamed.value.metadata["question_id"] == second.id
+    with pytest.raises(DelegationError) as unknown:
+        run.answer(handle.delegation_id, text="late", question_id="nope")
+    assert unknown.value.code == ErrorCode.INVALID_INPUT
