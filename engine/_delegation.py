@@ -198,6 +198,9 @@ class DelegationState:
         #: Ended by one of our limits (text, artifact bytes) while the remote task still runs:
         #: the actor must cancel it and say so with `note_remote_cancel`.
         self.ended_by_limit = False
+        #: Artifact contents the target gave (`TargetUpdate.artifact_data`), by artifact key;
+        #: bounded with the artifacts' bytes by `max_artifact_bytes`.
+        self.artifact_contents: dict[str, bytearray] = {}
         self.ignored_after_terminal = 0
         self.ignored_duplicate_starts = 0
         self._open: dict[str, _OpenMessage] = {}
@@ -227,6 +230,15 @@ class DelegationState:
     def result(self) -> DelegationResult | None:
         """The final result once the delegation ended (recorded before its terminal event)."""
         return self._result
+
+    def artifact(self, artifact_id: str) -> tuple[ArtifactRef, bytes] | None:
+        """An artifact this delegation produced and the content its target gave (None: no
+        such artifact, or its target gave only a reference)."""
+        content = self.artifact_contents.get(artifact_id)
+        reference = self._artifacts.get(artifact_id)
+        if content is None or reference is None:
+            return None
+        return reference, bytes(content)
 
     def snapshot(self) -> DelegationResult:
         """The result so far: final once ended, otherwise status `running`."""
@@ -679,6 +691,12 @@ class DelegationState:
             size_bytes=size + max(0, update.artifact_bytes) or artifact.size_bytes,
         )
         self._artifacts[key] = merged
+        if update.artifact_data is not None:
+            kept = self.artifact_contents.get(key) if update.artifact_append else None
+            if kept is None:
+                self.artifact_contents[key] = bytearray(update.artifact_data)
+            else:
+                kept += update.artifact_data
         out.append(self._event(Kind.ARTIFACT, update, artifact=merged, remote_artifact_id=key))
 
     def _finish(

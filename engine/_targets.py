@@ -65,7 +65,9 @@ class TargetUpdate:
     `subagent.finished` / `failed` / `cancelled` the remote task ended (`text` of a finished
     update is its final summary, `error` of a failed one says why). Artifact updates may be
     chunks: `artifact_bytes` is the size of this chunk, `artifact_append` says it extends an
-    earlier chunk of the same artifact id.
+    earlier chunk of the same artifact id. `artifact_data` is this chunk's content when the target
+    has it: the engine keeps it (within `max_artifact_bytes`) for viewers (`Run.artifact`), never
+    in an event or a result.
 
     Nesting: `subagent_id` names the remote's own subagent that produced the update (None: the
     remote agent itself), in the remote's ids; the engine namespaces it. The nested lifecycle
@@ -91,6 +93,7 @@ class TargetUpdate:
     artifact: ArtifactRef | None = None
     artifact_bytes: int = 0
     artifact_append: bool = False
+    artifact_data: bytes | None = None
     error: DelegationError | None = None
     remote_task_id: str | None = None
     remote_context_id: str | None = None

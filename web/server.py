@@ -132,6 +132,7 @@ from engine import (
     to_json,
     to_jsonable,
 )
+from web.artifacts import ARTIFACT_MAX_BYTES, ArtifactRefused, artifact_response_parts
 from web.cluster import run_node
 from web.config import HostConfig
 from web.stores import open_store
@@ -723,10 +724,12 @@ def create_app(
     ready: Callable[[], bool] = lambda: True,
     page: bytes | None = None,
     host_token: str | None = None,
+    artifact_max_bytes: int = ARTIFACT_MAX_BYTES,
 ) -> RequestGuard:
     """The Quart-Trio application over `host`, behind the request guard (`adapters.listener`):
     the ASGI app to serve. `host_token`, when given, is the bearer credential that starting a
-    run (`POST /runs`, `POST /agui`) requires."""
+    run (`POST /runs`, `POST /agui`) requires; `artifact_max_bytes` bounds what the artifacts
+    route serves (`web.artifacts`)."""
     app = QuartTrio("subagent_engine", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
     allowed_origins = frozenset(config.server.cors_origins)
@@ -1105,6 +1108,26 @@ def create_app(
                     await websocket.send(message)
             nursery.cancel_scope.cancel()
         await websocket.close(1000)
+
+    @app.get("/runs/<run_id>/artifacts/<delegation_id>/<artifact_id>")
+    async def artifact(run_id: str, delegation_id: str, artifact_id: str) -> Response:
+        """One artifact's content for the run's viewers (`web.artifacts`): the viewer token as a
+        bearer or `?token=` (a link the page opens); 401 without one."""
+        token = _viewer_token(request.headers, request.args, query=True)
+        if not token:
+            raise HttpError(401, "unauthorized", "This route needs the run's viewer token.")
+        hosted = await host.find(run_id, token)
+        run = None if host.runs_elsewhere(hosted) else hosted.run
+        try:
+            body, headers = artifact_response_parts(
+                run, delegation_id, artifact_id, max_bytes=artifact_max_bytes
+            )
+        except ArtifactRefused as refused:
+            raise HttpError(refused.status, refused.code, refused.message) from None
+        response = Response(body, status=200)
+        for name, value in headers:
+            response.headers[name] = value
+        return response
 
     @app.get("/healthz")
     async def healthz() -> Response:

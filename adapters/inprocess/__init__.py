@@ -129,8 +129,9 @@ class LocalTask:
     ) -> str:
         """Report an artifact (or, with `append`, one more chunk of it); returns its id.
 
-        The content is counted against the policy's byte limit but never put into an event:
-        events and results carry the reference (`uri`).
+        The content is counted against the policy's byte limit and kept by the engine for
+        viewers (`Run.artifact`), never put into an event: events and results carry the
+        reference (`uri`).
         """
         artifact_id = artifact_id or f"{self.task.delegation_id}-artifact-{next(self._messages)}"
         # surrogatepass: content is only counted, and a lone surrogate must not fail the agent.
@@ -146,6 +147,9 @@ class LocalTask:
                 ),
                 artifact_bytes=size,
                 artifact_append=append,
+                artifact_data=data.encode("utf-8", "surrogatepass")
+                if isinstance(data, str)
+                else data,
                 remote_artifact_id=artifact_id,
             )
         )
