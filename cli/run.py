@@ -24,7 +24,6 @@ exits at once (`web.server.force_exit`, 128 + the signal).
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sys
 from collections.abc import Mapping
@@ -34,9 +33,20 @@ import attrs
 import trio
 
 from adapters.parents import parent_kind, parent_kinds_text
-from cli._tree import FAILED, RunTree, cut_to_width, redraw
+from cli._terminal import (
+    EXIT_CANCELLED,
+    EXIT_CONFIG,
+    EXIT_FAILED,
+    EXIT_FINISHED,
+    EXIT_INTERRUPTED,
+    REDRAW_INTERVAL,
+    Screen,
+    ending,
+    exit_status,
+)
+from cli._tree import RunTree
 from demo.agents import demo_agents
-from engine import Kind, TargetPrepareError
+from engine import TargetPrepareError
 from web.config import ConfigError, HostConfig, StoreEntry, load_config, parse_config
 from web.server import HttpError, force_exit, open_host
 
@@ -49,58 +59,12 @@ __all__ = [
     "run_main",
 ]
 
-EXIT_FINISHED: Final = 0
-EXIT_FAILED: Final = 1
-EXIT_CONFIG: Final = 2
-EXIT_CANCELLED: Final = 3
-EXIT_INTERRUPTED: Final = 128 + signal.SIGINT
 #: The reason a run interrupted from the terminal is cancelled with.
 INTERRUPTED_REASON: Final = "Interrupted from the terminal (Ctrl-C)."
-#: Seconds between redraws of a terminal (the elapsed times move even without events).
-REDRAW_INTERVAL: Final = 0.1
 #: How long the run gets to end after Ctrl-C before the command stops waiting for it.
 CANCEL_GRACE: Final = 10.0
 
 _PROG: Final = "subagent-engine run"
-
-
-#: The width plain lines are cut to when stdout is not a terminal and COLUMNS is unset.
-PLAIN_WIDTH: Final = 200
-
-
-@attrs.define
-class _Screen:
-    """Where the tree goes: redrawn in place (`live`) or appended to as plain notes. A closed
-    stdout (a pipe whose reader left) ends the drawing, not the run."""
-
-    out: TextIO
-    live: bool
-    colour: bool
-    height: int = 0  # lines of the frame drawn last (live)
-    closed: bool = False
-
-    def size(self) -> os.terminal_size:
-        return shutil.get_terminal_size((PLAIN_WIDTH, 24))
-
-    def write(self, text: str) -> None:
-        if self.closed:
-            return
-        try:
-            self.out.write(text)
-            self.out.flush()
-        except OSError:  # BrokenPipeError and the like: nobody reads any more
-            self.closed = True
-
-    def draw(self, tree: RunTree, now: float) -> None:
-        size = self.size()
-        lines = tree.frame(now, size.columns - 1, colour=self.colour, height=max(1, size.lines - 1))
-        self.write(redraw(self.height, lines))
-        self.height = len(lines)
-
-    def notes(self, notes: list[str]) -> None:
-        if notes:
-            width = self.size().columns
-            self.write("".join(f"{cut_to_width(note, width)}\n" for note in notes))
 
 
 def _load(config_path: str | None, parent: str | None) -> HostConfig:
@@ -116,17 +80,7 @@ def _load(config_path: str | None, parent: str | None) -> HostConfig:
     return attrs.evolve(config, store=StoreEntry())
 
 
-def _exit_status(tree: RunTree, interrupted: bool) -> int:
-    if tree.outcome == Kind.RUN_FAILED:
-        return EXIT_FAILED
-    if tree.outcome == Kind.RUN_FINISHED:
-        # A parent may answer after a subagent failed; the status still says one did.
-        failed = any(node.status == FAILED for node in tree.subagents())
-        return EXIT_FAILED if failed else EXIT_FINISHED
-    return EXIT_INTERRUPTED if interrupted else EXIT_CANCELLED
-
-
-async def _run_once(config: HostConfig, prompt: str, screen: _Screen, err: TextIO) -> int:
+async def _run_once(config: HostConfig, prompt: str, screen: Screen, err: TextIO) -> int:
     agents = config.agent_specs() if config.agents else demo_agents()
     parent_factory = config.parent_factory()
     tree = RunTree(f"parent ({config.parent.kind})", now=trio.current_time())
@@ -176,17 +130,8 @@ async def _run_once(config: HostConfig, prompt: str, screen: _Screen, err: TextI
                 await hosted.ended.wait()
     if forced:
         return forced
-    screen.write(_ending(tree))
-    return _exit_status(tree, interrupted)
-
-
-def _ending(tree: RunTree) -> str:
-    """What follows the tree: the result text, or how the run ended and why."""
-    if tree.outcome == Kind.RUN_FINISHED:
-        return f"\n{tree.result_text}\n" if tree.result_text else "\n(the run finished)\n"
-    how = "failed" if tree.outcome == Kind.RUN_FAILED else "was cancelled"
-    why = f": {tree.error}" if tree.error else ""
-    return f"\nThe run {how}{why}\n"
+    screen.write(ending(tree))
+    return exit_status(tree, interrupted)
 
 
 def _alone(exc: BaseException) -> BaseException:
@@ -224,7 +169,7 @@ def run_main(
     tty = out.isatty() if force_tty is None else force_tty
     # NO_COLOR (set and not empty, no-color.org) and TERM=dumb ask for plain text: no redraw.
     plain = not tty or bool(env.get("NO_COLOR")) or env.get("TERM") == "dumb"
-    screen = _Screen(out=out, live=not plain, colour=not plain)
+    screen = Screen(out=out, live=not plain, colour=not plain)
     if screen.live:
         screen.write("\x1b[?25l")  # the cursor hidden while the tree is redrawn
     try:

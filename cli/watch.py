@@ -33,20 +33,20 @@ from typing import Final, TextIO
 import httpx
 import trio
 
-from adapters._asyncgens import closing_abandoned_generators
-from cli._tree import RunTree, clean_text
-from cli._watch_wire import BadUrl, EngineStream, StreamError, WatchTarget, watch_target
-from cli.run import (
+from adapters import closing_abandoned_generators
+from cli._terminal import (
     EXIT_CANCELLED,
     EXIT_CONFIG,
     EXIT_FAILED,
     EXIT_FINISHED,
     EXIT_INTERRUPTED,
     REDRAW_INTERVAL,
-    _ending,
-    _exit_status,
-    _Screen,
+    Screen,
+    ending,
+    exit_status,
 )
+from cli._tree import RunTree, clean_text
+from cli._watch_wire import BadUrl, EngineStream, StreamError, WatchTarget, watch_target
 
 __all__ = [
     "EXIT_BAD_STREAM",
@@ -118,7 +118,7 @@ def _check_answer(response: httpx.Response, reason: str) -> None:
 async def watch_run(
     target: WatchTarget,
     token: str,
-    screen: _Screen,
+    screen: Screen,
     err: TextIO,
     *,
     retries: int = RETRIES,
@@ -135,14 +135,14 @@ async def watch_run(
             await _follow(target, token, screen, err, retries, http, nursery, tree)
     except BaseExceptionGroup as group:
         raise _alone(group) from None
-    screen.write(_ending(tree))
-    return _exit_status(tree, interrupted=False)
+    screen.write(ending(tree))
+    return exit_status(tree, interrupted=False)
 
 
 async def _follow(
     target: WatchTarget,
     token: str,
-    screen: _Screen,
+    screen: Screen,
     err: TextIO,
     retries: int,
     http: httpx.AsyncClient,
@@ -270,7 +270,7 @@ def watch_main(
     tty = out.isatty() if force_tty is None else force_tty
     # NO_COLOR (set and not empty, no-color.org) and TERM=dumb ask for plain text: no redraw.
     plain = not tty or bool(env.get("NO_COLOR")) or env.get("TERM") == "dumb"
-    screen = _Screen(out=out, live=not plain, colour=not plain)
+    screen = Screen(out=out, live=not plain, colour=not plain)
     if screen.live:
         screen.write("\x1b[?25l")  # the cursor hidden while the tree is redrawn
     try:

@@ -24,8 +24,8 @@ import trio
 
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
+from cli._terminal import Screen
 from cli._watch_wire import watch_target
-from cli.run import _Screen
 from cli.watch import (
     EXIT_CANCELLED,
     EXIT_FAILED,
@@ -212,7 +212,7 @@ async def test_a_cut_connection_is_reopened_from_the_last_event() -> None:
             started = await start(base)
             target = watch_target(f"{proxy.url}{started['events_url']}")
             out, err = Terminal(), io.StringIO()
-            screen = _Screen(out=out, live=False, colour=False)
+            screen = Screen(out=out, live=False, colour=False)
             result: list[int] = []
 
             async def watching() -> None:
