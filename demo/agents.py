@@ -185,6 +185,13 @@ async def scripted_parent(run: Run, prompt: str | None = None) -> list[engine.De
             tool_call_id=call_id,
             result=engine.to_jsonable(result),
         )
-    summaries = "; ".join(f"{r.agent}: {r.summary}" for r in results)
+    # Each summary is a sentence of its own: "research: ... events. review: ..." (never ".;").
+    summaries = " ".join(f"{r.agent}: {_sentence(r.summary)}" for r in results)
     await _say(run, "parent-2", "Both specialists answered. ", summaries)
     return results
+
+
+def _sentence(text: str | None) -> str:
+    """`text` ending with one full stop (or its own ? or !)."""
+    text = (text or "").strip()
+    return text if text.endswith((".", "?", "!")) else f"{text}."

@@ -173,10 +173,16 @@ _KINDS = {
 async def _message(run: Run, message_id: str, start: str, step: Say | Think, prompt: str) -> None:
     delta, end = _KINDS[start]
     await run.emit(start, message_id=message_id, role="assistant")
+    said = ""
     for index, chunk in enumerate(step.chunks):
         if index and step.pause > 0:
             await trio.sleep(step.pause)
-        await run.emit(delta, message_id=message_id, delta=chunk.replace("{prompt}", prompt))
+        text = chunk.replace("{prompt}", prompt)
+        # A prompt that ends its own sentence ("...events?") takes no second stop after it.
+        if said.endswith((".", "?", "!")) and text.startswith("."):
+            text = text[1:]
+        said = text or said
+        await run.emit(delta, message_id=message_id, delta=text)
     await run.emit(end, message_id=message_id)
 
 
