@@ -75,7 +75,7 @@
       id: call.dataset.toolCallId,
       name: textOf(call.querySelector(".tool-name")),
       state: call.querySelector(".tool-head .pill")?.dataset.state ?? null,
-      args: textOf(call.querySelector(":scope > .tool-args")),
+      args: textOf(call.querySelector(":scope > .tool-args > .args-json")),
       result: textOf(call.querySelector(":scope > .tool-result")),
       topLevel: call.parentElement === transcript,
       insideSubagent: call.parentElement?.closest("details.subagent")?.dataset.subagentRunId ?? null,

@@ -1831,7 +1831,8 @@ def test_an_expired_question_closes_the_card_and_the_status_goes_back_to_running
     assert review["state"] == "waiting"
     assert review["inputs"][0]["state"] == "closed"
     answers = [m["text"] for m in view["parentMessages"] if m["who"] == "Assistant"]
-    assert "- review: input_required" in answers[-1]
+    # The answer's Markdown list is drawn as a list: its items, without the "- " markers.
+    assert "review: input_required" in answers[-1]
 
 
 def test_an_invalid_answer_s_message_stays_with_the_field(review_invalid: dict[str, Any]) -> None:
