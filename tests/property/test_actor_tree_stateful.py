@@ -408,9 +408,20 @@ class ActorTreeMachine(RuleBasedStateMachine):
 
         did, waiting, error = self.loop.settle(answer)
         note_event("answer: waiting" if waiting else "answer: not waiting")
+
+        async def asked_in_journal() -> bool:
+            entries = await self.run.journal.store.read_after(0, 1 << 20)
+            return any(
+                e.event.kind == Kind.INPUT_REQUIRED and e.event.delegation_id == did
+                for e in entries
+            )
+
         if waiting:
             assert error is None
             assert self.loop.settle(lambda: self.world.answers[did][-1]) == f"yes {did}"
+        elif self.loop.call(asked_in_journal):
+            # Its question was answered, or withdrawn when the delegation ended: told so.
+            assert error == ErrorCode.QUESTION_CLOSED
         else:
             assert error == ErrorCode.INVALID_INPUT
 
