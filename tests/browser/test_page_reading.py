@@ -443,3 +443,131 @@ def test_an_artifact_link_opens_what_the_agent_wrote(followed: dict[str, Any]) -
     assert href.startswith(f"/runs/{run_id}/artifacts/del-") and "local:" not in href
     assert "token" not in href  # the viewer token goes as a bearer, never in an address
     assert followed["artifactShown"] == "# Notes\n- nurseries\n"
+
+
+# --- the delegations' timeline -----------------------------------------------------------------
+
+T0 = 1_780_000_000_000  # the canned events' timestamps (ms)
+
+
+def _timed(at_ms: int, event: dict[str, Any]) -> dict[str, Any]:
+    return {**event, "timestamp": T0 + at_ms}
+
+
+#: A run still going: `lead` ran 4.2 s with `helper` nested in it for 1.5 s; `asker` waits for
+#: input; `writer` streams. No terminal, and a long `retry:` so the page waits as it is.
+TIMELINE: list[dict[str, Any]] = [
+    _timed(0, {"type": "RUN_STARTED", "threadId": "t", "runId": "timeline"}),
+    _timed(0, {"type": "TOOL_CALL_START", "toolCallId": "c1", "toolCallName": "delegate_to_agent"}),
+    _timed(0, {"type": "TOOL_CALL_END", "toolCallId": "c1"}),
+    _timed(
+        100,
+        {
+            "type": "SUBAGENT_STARTED",
+            "subagentRunId": "lead",
+            "name": "Lead",
+            "parentToolCallId": "c1",
+        },
+    ),
+    _timed(
+        1000,
+        {
+            "type": "SUBAGENT_STARTED",
+            "subagentRunId": "helper",
+            "name": "Helper",
+            "parentSubagentRunId": "lead",
+            "metadata": {"depth": 1},
+        },
+    ),
+    _timed(2500, {"type": "SUBAGENT_FINISHED", "subagentRunId": "helper", "result": "Helped."}),
+    _timed(4300, {"type": "SUBAGENT_FINISHED", "subagentRunId": "lead", "result": "Led."}),
+    _timed(4400, {"type": "SUBAGENT_STARTED", "subagentRunId": "asker", "name": "Asker"}),
+    _timed(
+        4500,
+        {
+            "type": "CUSTOM",
+            "name": "subagent.input_required",
+            "subagentRunId": "asker",
+            "value": {"delegationId": "asker", "prompt": "Which year?"},
+        },
+    ),
+    _timed(4600, {"type": "SUBAGENT_STARTED", "subagentRunId": "writer", "name": "Writer"}),
+    _timed(4700, {"type": "TEXT_MESSAGE_START", "messageId": "w1", "subagentRunId": "writer"}),
+    _timed(
+        4800,
+        {
+            "type": "TEXT_MESSAGE_CONTENT",
+            "messageId": "w1",
+            "subagentRunId": "writer",
+            "delta": "Writing…",
+        },
+    ),
+]
+TIMELINE_SSE = "retry: 600000\n\n" + "".join(
+    f"id: {cursor}\ndata: {json.dumps(event)}\n\n" for cursor, event in enumerate(TIMELINE, 1)
+)
+ROWS = """() => [...document.querySelectorAll("#timeline-rows > .tl-row")].map((row) => ({
+    id: row.dataset.subagentRunId, depth: Number(row.dataset.depth), state: row.dataset.state,
+    said: row.querySelector(".tl-state").textContent,
+    elapsed: row.querySelector(".tl-elapsed").textContent,
+    name: row.querySelector(".tl-name").textContent}))"""
+
+
+@pytest.fixture(scope="module")
+def timeline(context: BrowserContext, page_server: str, shots: Path) -> dict[str, Any]:
+    with tab(context, PHONE) as page:
+        page.emulate_media(color_scheme="dark")
+        page.route(
+            "**/runs/timeline/events**",
+            lambda route: route.fulfill(
+                status=200, content_type="text/event-stream", body=TIMELINE_SSE
+            ),
+        )
+        page.goto(f"{page_server}/#{urlencode({'run': 'timeline', 'token': 't'})}")
+        page.wait_for_function("() => window.subagentPage.state().lastCursor === 12")
+        rows: list[dict[str, Any]] = page.evaluate(ROWS)
+        fits = page.evaluate(
+            "() => document.getElementById('timeline').getBoundingClientRect().right <= innerWidth"
+            " && document.documentElement.scrollWidth <= innerWidth"
+        )
+        background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        shoot(page, shots, "timeline-dark")
+        page.set_viewport_size(PHONE)
+        page.locator(".tl-name", has_text="Helper").click()
+        helper_open = page.evaluate(
+            "() => document.querySelector('details.subagent[data-subagent-run-id=helper]').open"
+        )
+        return {"rows": rows, "fits": fits, "background": background, "helperOpen": helper_open}
+
+
+def test_the_timeline_shows_each_delegation_s_state_nesting_and_time(
+    timeline: dict[str, Any],
+) -> None:
+    rows = {row["id"]: row for row in timeline["rows"]}
+    assert [row["id"] for row in timeline["rows"]] == ["lead", "helper", "asker", "writer"]
+    assert rows["lead"] == {
+        "id": "lead",
+        "depth": 0,
+        "state": "finished",
+        "said": "finished",
+        "elapsed": "4.2 s",
+        "name": "Lead",
+    }
+    assert (rows["helper"]["depth"], rows["helper"]["state"], rows["helper"]["elapsed"]) == (
+        1,
+        "finished",
+        "1.5 s",
+    )
+    assert (rows["asker"]["state"], rows["asker"]["said"]) == (
+        "input-required",
+        "waiting for input",
+    )
+    assert (rows["writer"]["state"], rows["writer"]["said"]) == ("streaming", "streaming")
+    # Running ones count on the events' clock: seconds, not the time since the timestamps' epoch.
+    assert rows["writer"]["elapsed"].endswith(" s") and "min" not in rows["writer"]["elapsed"]
+    assert timeline["helperOpen"]  # a row's name opens its card
+
+
+def test_the_timeline_fits_a_phone_in_dark_mode(timeline: dict[str, Any]) -> None:
+    assert timeline["fits"]
+    assert timeline["background"] == "rgb(20, 23, 28)"  # the page's dark --bg
