@@ -135,6 +135,18 @@ def _parser() -> argparse.ArgumentParser:
         help="starting a run needs 'Authorization: Bearer <the value of NAME>' "
         "(required to listen beyond loopback; default: the config's [server] token_env)",
     )
+    serve.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="log lines on stderr: text or json (JSON Lines) (default: the config's [logging] "
+        "format, text)",
+    )
+    serve.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one log line per HTTP request (default: the config's [logging] access_log, off)",
+    )
 
     a2a_serve = sub.add_parser(
         "a2a-serve",
@@ -226,7 +238,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "serve":
         from cli.serve import serve_main
 
-        return serve_main(args.config, host=args.host, port=args.port, token_env=args.token_env)
+        return serve_main(
+            args.config,
+            host=args.host,
+            port=args.port,
+            token_env=args.token_env,
+            log_format=args.log_format,
+            access_log=args.access_log,
+        )
     if args.command == "a2a-serve":
         from cli.a2a_serve import a2a_serve_main
 

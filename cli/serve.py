@@ -22,14 +22,19 @@ Listening beyond loopback (`--host 0.0.0.0`, a LAN address) exposes starting run
 parent running its commands, to every machine that can reach the port: `serve` then refuses to
 start without a host token (`[server] token_env` or `--token-env NAME`), which every `POST /runs`
 and `POST /agui` must carry as `Authorization: Bearer <token>`.
+
+Log lines go to stderr as `[logging]` (or `--log-format`, `--access-log`) says (`web.logs`): one
+per run's and delegation's start and end, one per request with the access log on, never a
+configured credential or the host token.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable
-from typing import TextIO
+from typing import Any, TextIO
 
 import attrs
 import trio
@@ -37,8 +42,9 @@ import trio
 from adapters.listener import is_loopback
 from adapters.parents import ParentAgent
 from demo.agents import demo_agents
-from engine import TargetPrepareError
+from engine import AgentSpec, TargetPrepareError
 from web.config import ConfigError, HostConfig, load_config, parse_config
+from web.logs import AccessLog, configure_logging
 from web.page import bundled_page
 from web.server import (
     RunHost,
@@ -108,8 +114,9 @@ async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> int
                 page=bundled_page(),
                 host_token=host_token,
             )
+            served: Any = AccessLog(app) if config.logging.access_log else app
             bind_host, bind_port = config.server.host, config.server.port
-            async with serve_app(app, host=bind_host, port=bind_port) as url:
+            async with serve_app(served, host=bind_host, port=bind_port) as url:
                 keys = ", ".join(spec.key for spec in agents) or "none"
                 _announce(config, url, keys, endpoint.base_url, run_host, out)
                 freeze_startup_objects()
@@ -148,6 +155,8 @@ def serve_main(
     host: str | None = None,
     port: int | None = None,
     token_env: str | None = None,
+    log_format: str | None = None,
+    access_log: bool | None = None,
 ) -> int:
     try:
         config = load_config(config_path) if config_path else parse_config("", "<embedded>")
@@ -160,15 +169,23 @@ def serve_main(
                 port=server.port if port is None else port,
                 token_env=token_env or server.token_env,
             ),
+            logging=attrs.evolve(
+                config.logging,
+                format=log_format or config.logging.format,
+                access_log=config.logging.access_log if access_log is None else access_log,
+            ),
         )
         _parent_factory(config)
         config.check_parent()  # its API key variable set, its model endpoint answering
-        if config.agents:
-            config.agent_specs()  # credentials are checked before anything listens
+        # Credentials are checked before anything listens.
+        checked = config.agent_specs() if config.agents else []
         host_token = check_exposure(config)
     except ConfigError as exc:
         print(f"subagent-engine serve: {exc}", file=sys.stderr)
         return 2
+    configure_logging(
+        config.logging.format, config.logging.level, secrets=_secrets(config, host_token, checked)
+    )
     try:
         status = trio.run(_serve, config, host_token, sys.stdout)
     except BaseException as exc:
@@ -185,6 +202,15 @@ def serve_main(
             print(f"subagent-engine serve: {problem}", file=sys.stderr)
         return 2
     return status
+
+
+def _secrets(config: HostConfig, host_token: str | None, agents: list[AgentSpec]) -> list[str]:
+    """What no log line may show: the host token, every agent's credentials, the parent's key."""
+    found = [host_token or ""]
+    found += [secret for spec in agents for secret in spec.all_secrets]
+    if config.parent.api_key_env:
+        found.append(os.environ.get(config.parent.api_key_env, ""))
+    return [secret for secret in found if secret]
 
 
 def _alone(exc: BaseException) -> BaseException:

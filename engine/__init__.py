@@ -48,6 +48,7 @@ from engine._journal import (
     Subscription,
 )
 from engine._lanes import JournalEntry, LaneBuffer, LaneStatistics, event_weight
+from engine._oplog import RUN_LOG, render_fields
 from engine._parent_view import (
     OutputPage,
     OutputReference,
@@ -138,6 +139,7 @@ __all__ = [
     "delegation_output",
     "output_page",
     "parent_view",
+    "render_fields",
     "ARCHIVE_FORMAT_VERSION",
     "DelegationAudit",
     "DelegationAudits",
@@ -201,6 +203,7 @@ __all__ = [
     "RedactedStream",
     "Redactor",
     "Registry",
+    "RUN_LOG",
     "RegistryError",
     "RemoteCancel",
     "RetentionPolicy",

@@ -44,6 +44,7 @@ from engine._endpoint import RunEndpoint, RunEndpointError, RunEndpointProvider
 from engine._events import DelegationEvent, Kind
 from engine._journal import JournalStore, MemoryJournalStore, RunJournal, Subscription
 from engine._lanes import JournalEntry, LaneBuffer
+from engine._oplog import delegation_ended, delegation_started, run_ended, run_started
 from engine._questions import AnswerSurface, Question, QuestionBook, QuestionOutcome
 from engine._recovery import RecoveredRun, recover_runs
 from engine._redact import Redactor, is_valid_unicode, valid_text, valid_value
@@ -531,6 +532,7 @@ class RunActor:
         self._outcome_reason = ""
         self._outcome_code = ErrorCode.INTERNAL_ERROR  # the error code of a run.failed
         self._ended = False  # a run terminal was published (by finish()/fail() or closing)
+        self._ended_as: tuple[str, str | None] | None = None  # its kind and error code
         self._work: trio.Nursery | None = None
         self._active: dict[str, DelegationActor] = {}
         #: Ended delegations that kept artifact contents (`Run.artifact`), for the run's life.
@@ -546,11 +548,14 @@ class RunActor:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        started: float | None = None  # when the run.start line went out
         try:
             async with trio.open_nursery() as infra:
                 infra.start_soon(self._write_journal)
                 try:
                     await self.publish(self._event(Kind.RUN_STARTED, raw=self.metadata or None))
+                    started = trio.current_time()
+                    run_started(self.run_id, self.thread_id)
                     async with trio.open_nursery() as work:
                         self._work = work
                         task_status.started()
@@ -576,6 +581,12 @@ class RunActor:
                         log.error(
                             "run %s: the archive could not record its end: %r", self.run_id, exc
                         )
+            if started is not None:
+                kind, code = self._ended_as or (self._outcome, None)
+                duration = trio.current_time() - started
+                run_ended(
+                    self.run_id, kind.removeprefix("run."), duration, len(self._results), code
+                )
             self.closed.set()
             self.engine._retire(self)
 
@@ -594,6 +605,7 @@ class RunActor:
             await self.mailbox.flush()
             return
         self._ended = True
+        self._ended_as = (kind, self._outcome_code if kind == Kind.RUN_FAILED else None)
         error = None
         if kind == Kind.RUN_FAILED:
             error = DelegationError(code=self._outcome_code, message=reason or "run failed")
@@ -727,6 +739,10 @@ class RunActor:
         events = state.fail(error)
         assert state.result is not None
         self.record(state.result)
+        delegation_started(
+            self.run_id, delegation_id, identity.agent_key, request.parent_tool_call_id
+        )
+        delegation_ended(state.result, 0.0)
         done = trio.Event()
         if not self._ended:
             for event in events:
@@ -832,6 +848,7 @@ class DelegationActor:
         self._sent_task = False
         self._handed_over = False  # the engine took over an unconfirmed cancel
         self._failure: DelegationError | None = None
+        self._started = 0.0  # trio.current_time() when the actor began
         run.record(self.state.snapshot())
 
     # -- the mailbox ---------------------------------------------------------------------
@@ -891,6 +908,13 @@ class DelegationActor:
 
     async def run(self) -> None:
         timed_out = False
+        self._started = trio.current_time()
+        delegation_started(
+            self.run_actor.run_id,
+            self.delegation_id,
+            self.spec.key,
+            self.request.parent_tool_call_id,
+        )
         try:
             with self.scope:
                 try:
@@ -1123,6 +1147,7 @@ class DelegationActor:
             if state.result is not None:
                 run.record(state.result)
                 run.remember_context(self.spec, state.result.remote_context_id)
+                delegation_ended(state.result, trio.current_time() - self._started)
             run._delegation_ended(self)
             self._answers_in.close()
             self.done.set()

@@ -26,6 +26,11 @@ a variable that is not set is an error at start, not at the first delegation.
     # redis: url = "redis://127.0.0.1:6379/0" (or url_env = "REDIS_URL"),
     # namespace = "subagent-engine", node = "node-1", lease_seconds = 10, outage_seconds = 30
 
+    [logging]                     # all optional: lines on stderr
+    format = "text"               # text | json (JSON Lines)
+    level = "INFO"                # DEBUG | INFO | WARNING | ERROR (the run lines are INFO)
+    access_log = false            # one line per HTTP request (never its query or headers)
+
     [parent]
     kind = "scripted"             # scripted | claude-code (or its alias claude) | codex
     # for the CLIs: binary = "claude", model_endpoint = "http://127.0.0.1:8001",
@@ -100,12 +105,14 @@ from engine import (
     RegistryError,
     is_agent_key,
 )
+from web.logs import LOG_FORMATS, LOG_LEVELS
 
 __all__ = [
     "AgentEntry",
     "AuthEntry",
     "ConfigError",
     "HostConfig",
+    "LoggingEntry",
     "ParentEntry",
     "ServerEntry",
     "load_config",
@@ -263,6 +270,16 @@ class ServerEntry:
     shutdown_grace_seconds: float = 5.0
 
 
+@attrs.frozen
+class LoggingEntry:
+    """`[logging]`: how the process writes its log lines (`web.logs.configure_logging`)."""
+
+    format: str = "text"  # one of `web.logs.LOG_FORMATS`
+    level: str = "INFO"  # one of `web.logs.LOG_LEVELS`
+    #: One line per HTTP request (`web.logs.AccessLog`).
+    access_log: bool = False
+
+
 #: Where runs are kept: `StoreEntry.kind`.
 STORE_KINDS: Final = ("sqlite", "memory", "redis")
 
@@ -373,6 +390,7 @@ class HostConfig:
     agents: tuple[AgentEntry, ...] = ()
     limits: EngineLimits = attrs.field(factory=EngineLimits)
     store: StoreEntry = attrs.field(factory=StoreEntry)
+    logging: LoggingEntry = attrs.field(factory=LoggingEntry)
     _lines: Mapping[tuple[Any, ...], int] = attrs.field(factory=dict, repr=False, eq=False)
 
     @property
@@ -633,7 +651,8 @@ class _Reader:
         return tuple(values)
 
     def host(self, document: dict[str, Any]) -> HostConfig:
-        top = self.table(document, (), {"server", "parent", "agents", "limits", "store"})
+        known = {"server", "parent", "agents", "limits", "store", "logging"}
+        top = self.table(document, (), known)
         agents = self.get(top, (), "agents", list, [])
         entries = tuple(self.agent(value, ("agents", i)) for i, value in enumerate(agents))
         seen: dict[str, int] = {}
@@ -661,6 +680,7 @@ class _Reader:
             agents=entries,
             limits=limits,
             store=self.store(top.get("store", {})),
+            logging=self.logging(top.get("logging", {})),
             lines=dict(self.lines),
         )
 
@@ -710,6 +730,16 @@ class _Reader:
             shutdown_grace_seconds=float(
                 self.get(table, path, "shutdown_grace_seconds", (int, float), 5.0, check=_positive)
             ),
+        )
+
+    def logging(self, value: Any) -> LoggingEntry:
+        path: _Path = ("logging",)
+        table = self.table(value, path, {"format", "level", "access_log"})
+        level = self.get(table, path, "level", str, "INFO", check=_one_of(LOG_LEVELS, upper=True))
+        return LoggingEntry(
+            format=self.get(table, path, "format", str, "text", check=_one_of(LOG_FORMATS)),
+            level=level.upper(),
+            access_log=self.get(table, path, "access_log", bool, False),
         )
 
     def store(self, value: Any) -> StoreEntry:
@@ -971,9 +1001,10 @@ def _port(value: int) -> str | None:
     return None if 0 <= value <= 65535 else "must be a TCP port (0-65535; 0 picks a free one)"
 
 
-def _one_of(choices: tuple[str, ...]) -> Callable[[str], str | None]:
+def _one_of(choices: tuple[str, ...], *, upper: bool = False) -> Callable[[str], str | None]:
     def check(value: str) -> str | None:
-        return None if value in choices else f"must be one of {', '.join(choices)}"
+        found = (value.upper() if upper else value) in choices
+        return None if found else f"must be one of {', '.join(choices)}"
 
     return check
 
