@@ -721,6 +721,7 @@ class A2AEventMapper:
             artifact=ref,
             artifact_bytes=sum(_part_bytes(p) for p in parts),
             artifact_append=append,
+            artifact_data=_inline_content(parts),
             remote_artifact_id=artifact_id,
         )
 
@@ -781,6 +782,24 @@ def _part_bytes(part: Part) -> int:
     if which == "data":
         return _json_size(part.data) or part.data.ByteSize()
     return 0
+
+
+def _inline_content(parts: Sequence[Part]) -> bytes | None:
+    """The content a chunk carries inline, for the engine to keep within its artifact bound (it
+    never goes into an event or a result): text as UTF-8, raw bytes as they are, a data part as
+    its JSON; parts joined in order. None when no part carries content inline (URL parts)."""
+    pieces: list[bytes] = []
+    for part in parts:
+        which = part.WhichOneof("content")
+        if which == "text":
+            pieces.append(part.text.encode("utf-8", "surrogatepass"))
+        elif which == "raw":
+            pieces.append(part.raw)
+        elif which == "data":
+            text = _json_text(part.data)
+            if text is not None:
+                pieces.append(text.encode("utf-8", "surrogatepass"))
+    return b"".join(pieces) if pieces else None
 
 
 def _first_url(parts: Sequence[Part]) -> str | None:

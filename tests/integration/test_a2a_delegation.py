@@ -30,6 +30,7 @@ from engine import (
 from tests.helpers.agents import a2a_agent
 from tests.helpers.events import events_of, kinds
 from tests.helpers.runs import delegate, raw_delegate
+from tools.peers.a2a_faulty import REPORT_MD
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a, status_frame, task_frame
 
 TOKEN = "test-token"
@@ -558,3 +559,18 @@ async def test_a_subagent_is_named_by_the_host_else_by_its_card(
     _, entries = await delegate(agent)
     names = {e.event.agent_name for e in entries if e.event.delegation_id}
     assert names == {display_name or "faulty-stream"}
+
+
+async def test_a_remote_artifacts_inline_content_is_kept_for_viewers(a2a_server: Any) -> None:
+    """A file the remote sends inline (report.md, one text part) can be read back from the run
+    (`Run.artifact`, what `GET /runs/<id>/artifacts/...` serves), exactly as sent, while its
+    result and events carry the reference only."""
+    async with Engine([a2a_agent(a2a_server.card_url("stream"))]) as eng, eng.open_run() as run:
+        result = await run.delegate(DelegationRequest(agent="remote", objective="go"))
+        (report,) = [a for a in result.artifacts if a.name == "report.md"]
+        kept = run.artifact(result.delegation_id, report.id)
+    assert result.status == Status.COMPLETED, result
+    assert kept is not None
+    ref, content = kept
+    assert ref.mime_type == "text/markdown" and content == REPORT_MD.encode()
+    assert REPORT_MD not in to_json(result)

@@ -394,6 +394,7 @@ def test_file_artifact_is_a_reference_with_chunk_bytes() -> None:
         ),
         artifact_bytes=6,
         artifact_append=False,
+        artifact_data=b"abcdef",
         remote_artifact_id="rep-1",
         remote_task_id="task-1",
         remote_context_id="ctx-1",
@@ -455,7 +456,20 @@ def test_artifact_content_never_reaches_text_fields() -> None:
         task(artifacts=[Artifact(artifact_id="b", parts=[Part(text=secret_content)])])
     )
     for update in updates:
-        assert secret_content not in repr(attrs.evolve(update, artifact=None))
+        # Only artifact_data holds content: the engine keeps it aside, never in an event.
+        assert secret_content not in repr(attrs.evolve(update, artifact=None, artifact_data=None))
+    assert [u.artifact_data for u in updates if u.kind == Kind.ARTIFACT] == [
+        secret_content.encode()
+    ] * 2
+
+
+def test_inline_content_is_the_parts_in_order_and_a_url_part_has_none() -> None:
+    [update] = started_mapper().feed(
+        on_artifact("a", Part(text="é"), Part(raw=b"123"), data_part({"k": [True, "v"]}))
+    )
+    assert update.artifact_data == "é".encode() + b"123" + b'{"k":[true,"v"]}'
+    [linked] = started_mapper().feed(on_artifact("u", Part(url="https://files.example/x.pdf")))
+    assert linked.artifact_data is None
 
 
 # --- guards: foreign task ids, duplicates, stale snapshots ---------------------------------------
