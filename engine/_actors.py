@@ -596,8 +596,9 @@ class RunActor:
         """Ask the run to end with `outcome` (a run terminal kind; `code`: the error code of a
         `run.failed`). Idempotent; first wins."""
         if not self._close_requested.is_set():
-            self._outcome, self._outcome_reason = outcome, reason
-            self._outcome_code = code
+            if not self._ended:  # a run ended by `Run.finish` / `Run.fail` keeps that outcome
+                self._outcome, self._outcome_reason = outcome, reason
+                self._outcome_code = code
             self._close_requested.set()
 
     async def _end(self, kind: str, reason: str) -> None:

@@ -257,3 +257,22 @@ async def test_a_store_that_stays_unavailable_fails_the_run_typed_for_its_live_v
     assert rest[-1].error is not None and rest[-1].error.code == ErrorCode.STORE_UNAVAILABLE
     assert any(e.delta == "lost?" for e in rest)  # live viewers got what the store did not
     assert target.calls[-1] == "cancel"  # the remote task is cancelled as in any run end
+
+
+@pytest.mark.parametrize(
+    ("end", "outcome"), [("fail", Kind.RUN_FAILED), ("finish", Kind.RUN_FINISHED)]
+)
+async def test_a_run_ended_by_the_parent_is_archived_with_that_outcome(
+    end: str, outcome: str
+) -> None:
+    """`Run.fail()` then leaving `open_run`: the archive records the failure the journal has,
+    not the finish that leaving the block would otherwise ask for."""
+    archive = MemoryRunArchive()
+    async with Engine([], archive=archive) as eng:
+        async with eng.open_run() as run:
+            if end == "fail":
+                await run.fail("the parent gave up", ErrorCode.MODEL_UNAVAILABLE)
+            else:
+                await run.finish("done")
+        record = await archive.run(run.run_id)
+    assert record is not None and record.outcome == outcome
