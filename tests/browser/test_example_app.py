@@ -33,7 +33,7 @@ import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
 from demo.agents import REVIEW_QUESTION
-from tests.browser.test_page import CHROMIUM_ARGS, _ensure_chromium
+from tests.helpers.chromium import CHROMIUM_ARGS, ensure_chromium
 from tests.helpers.node_packages import ensure_npm_packages
 from tests.helpers.ports import closed_port
 from tests.helpers.processes import ready_server
@@ -152,7 +152,7 @@ def app_url(app_build: Path, engine_server: str) -> Iterator[str]:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    chromium = _ensure_chromium()
+    chromium = ensure_chromium()
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(
             executable_path=chromium, headless=True, args=CHROMIUM_ARGS

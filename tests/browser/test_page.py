@@ -29,12 +29,10 @@ a phone-width and a desktop-width screenshot of the question.
 
 from __future__ import annotations
 
-import fcntl
 import fnmatch
 import itertools
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -64,6 +62,7 @@ from adapters.parents import Say
 from demo import BUILTIN_REMOTES
 from demo.agents import REVIEW_QUESTION
 from tests.browser.serve_demo import BEFORE_ASKING, QUESTION, SOLO_NAME, TEAM_NAME
+from tests.helpers.chromium import CHROMIUM, CHROMIUM_ARGS, ensure_chromium
 from tests.helpers.cutting_proxy import CuttingProxy
 from tests.helpers.processes import ready_server
 from tests.integration.test_demo_command import running_demo
@@ -71,20 +70,9 @@ from web.page import bundled_page
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 DEMO_PAUSE = "0.2"  # seconds between the demo agents' chunks: a run lasts ~2 s
 GAP_WINDOW = "20"  # journal entries the gap server keeps: a run has ~57
 RUN_TIMEOUT_MS = 20_000  # any one wait in a scenario
-APT_TIMEOUT = 900.0
 
 PROMPT = "How does Trio stream events?"
 RESEARCH_TEXT = "Trio nurseries give structured cancellation; memory channels carry events."
@@ -128,42 +116,6 @@ QUESTION_PLACEMENT = """(box) => {
     return {top: rect.top, bottom: rect.bottom, viewport: innerHeight, scrollY,
         pageTop: rect.top + scrollY, focused: document.activeElement === box};
 }"""
-
-
-def _ensure_chromium() -> Path:
-    if os.access(CHROMIUM, os.X_OK):
-        return CHROMIUM
-    apt_get = shutil.which("apt-get")
-    if os.geteuid() != 0 or apt_get is None:
-        pytest.skip(
-            f"{CHROMIUM} is missing and cannot be installed here (needs root and apt-get); "
-            "install Debian's chromium package: apt-get install -y chromium"
-        )
-    with open("/tmp/subagent-engine-chromium-install.lock", "w") as lock_file:
-        fcntl.flock(lock_file, fcntl.LOCK_EX)
-        try:
-            if not os.access(CHROMIUM, os.X_OK):
-                env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-                for argv in (
-                    [apt_get, "update", "-qq"],
-                    [apt_get, "install", "-y", "-qq", "chromium"],
-                ):
-                    result = subprocess.run(
-                        argv,
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                        timeout=APT_TIMEOUT,
-                        check=False,
-                    )
-                    if result.returncode != 0:
-                        output = (result.stdout + result.stderr)[-3000:]
-                        pytest.fail(f"`{' '.join(argv)}` failed:\n{output}", pytrace=False)
-        finally:
-            fcntl.flock(lock_file, fcntl.LOCK_UN)
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.fail(f"apt-get installed chromium but {CHROMIUM} is not there", pytrace=False)
-    return CHROMIUM
 
 
 # --- servers, browser, the pages' watcher ------------------------------------------------------
@@ -242,7 +194,7 @@ def side_server(a2a_remote: str) -> Iterator[str]:
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     """Debian's chromium, headless, launched by Playwright from its path (never downloaded)."""
-    chromium = _ensure_chromium()
+    chromium = ensure_chromium()
     with sync_playwright() as playwright:
         launched = playwright.chromium.launch(
             executable_path=chromium, headless=True, args=CHROMIUM_ARGS
