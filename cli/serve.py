@@ -45,6 +45,7 @@ from demo.agents import demo_agents
 from engine import AgentSpec, TargetPrepareError
 from web.config import ConfigError, HostConfig, load_config, parse_config
 from web.logs import AccessLog, configure_logging
+from web.metrics import Metrics
 from web.page import bundled_page
 from web.server import (
     RunHost,
@@ -95,8 +96,11 @@ async def drain_on_signal(
     out.flush()
 
 
-async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> int:
-    """Serve until a stop signal; the exit status (0, or `force_exit`'s after a second one)."""
+async def _serve(
+    config: HostConfig, host_token: str | None, out: TextIO, metrics_token: str | None = None
+) -> int:
+    """Serve until a stop signal; the exit status (0, or `force_exit`'s after a second one).
+    `metrics_token`: the bearer token `/metrics` needs, when `[metrics]` is enabled."""
     agents = config.agent_specs() if config.agents else demo_agents()
     parent = _parent_factory(config)
     forced = 0
@@ -113,6 +117,11 @@ async def _serve(config: HostConfig, host_token: str | None, out: TextIO) -> int
                 default_encoder_factory(),
                 page=bundled_page(),
                 host_token=host_token,
+                metrics=(
+                    Metrics(run_host.engine, token=metrics_token)
+                    if config.metrics.enabled
+                    else None
+                ),
             )
             served: Any = AccessLog(app) if config.logging.access_log else app
             bind_host, bind_port = config.server.host, config.server.port
@@ -140,6 +149,9 @@ def _announce(
             file=out,
         )
     print(f"  runs kept in: {describe_store(config.store)}", file=out)
+    if config.metrics.enabled:
+        guard = f"token in ${config.metrics.token_env}" if config.metrics.token_env else "no token"
+        print(f"  metrics: {url}/metrics ({guard})", file=out)
     if config.server.token_env:
         print(
             f"  starting runs needs the host token in ${config.server.token_env}; "
@@ -180,14 +192,17 @@ def serve_main(
         # Credentials are checked before anything listens.
         checked = config.agent_specs() if config.agents else []
         host_token = check_exposure(config)
+        metrics_token = config.metrics_token()
     except ConfigError as exc:
         print(f"subagent-engine serve: {exc}", file=sys.stderr)
         return 2
     configure_logging(
-        config.logging.format, config.logging.level, secrets=_secrets(config, host_token, checked)
+        config.logging.format,
+        config.logging.level,
+        secrets=[*_secrets(config, host_token, checked), *filter(None, [metrics_token])],
     )
     try:
-        status = trio.run(_serve, config, host_token, sys.stdout)
+        status = trio.run(_serve, config, host_token, sys.stdout, metrics_token)
     except BaseException as exc:
         refused = _alone(exc)
         if isinstance(refused, StoreOpenError):

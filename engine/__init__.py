@@ -91,6 +91,8 @@ from engine._results import (
     ResultMessage,
     Status,
 )
+from engine._stats import OTHER as METRIC_OTHER
+from engine._stats import EngineStatistics
 from engine._store import (
     LifecycleRetention,
     RetentionPolicy,
@@ -187,6 +189,7 @@ __all__ = [
     "Emit",
     "Engine",
     "EngineLimits",
+    "EngineStatistics",
     "ErrorCode",
     "InputArtifact",
     "InputRequiredMode",
@@ -195,6 +198,7 @@ __all__ = [
     "JournalStore",
     "JournalTail",
     "Kind",
+    "METRIC_OTHER",
     "LaneBuffer",
     "LaneStatistics",
     "LifecycleRetention",

@@ -66,6 +66,7 @@ from engine._results import (
     RemoteCancel,
     Status,
 )
+from engine._stats import EngineStatistics, EngineStats
 from engine._store import RetentionPolicy, StoreUnavailableError
 from engine._targets import (
     Answer,
@@ -131,6 +132,8 @@ class Engine:
         self._runs: dict[str, RunActor] = {}
         self._closed_runs: OrderedDict[str, RunActor] = OrderedDict()
         self.active_delegations = 0
+        #: Counters for a process's metrics (`engine._stats`; read them with `statistics()`).
+        self.stats = EngineStats(spec.key for spec in self.registry)
         #: Delegation id -> what became of a remote cancel that was not confirmed in time:
         #: `retrying`, `confirmed_late` or `abandoned` (audit trail of the cleanup that still
         #: cancels a remote task after its run is gone).
@@ -413,7 +416,12 @@ class Engine:
         if self.limits.retained_closed_runs:
             self._closed_runs[actor.run_id] = actor
             while len(self._closed_runs) > self.limits.retained_closed_runs:
-                self._closed_runs.popitem(last=False)
+                _, evicted = self._closed_runs.popitem(last=False)
+                self.stats.journal_evicted(evicted.journal)
+        else:
+            self.stats.journal_evicted(actor.journal)
+        self.stats.run_retired(actor.journal)
+        self.stats.store_errors += actor.store_errors
 
     def journal(self, run_id: str) -> RunJournal | None:
         """The journal of an open or recently closed run (for viewers that reconnect)."""
@@ -467,6 +475,18 @@ class Engine:
     @property
     def open_runs(self) -> int:
         return len(self._runs)
+
+    def statistics(self) -> EngineStatistics:
+        """The engine's counters now, with what its runs' journals and viewers hold summed
+        (`engine._stats`): for a metrics scrape, not the hot path."""
+        reading = self.stats.snapshot(
+            runs_active=len(self._runs),
+            delegations_active=self.active_delegations,
+            open_journals=[actor.journal for actor in self._runs.values()],
+            closed_journals=[actor.journal for actor in self._closed_runs.values()],
+        )
+        live_errors = sum(actor.store_errors for actor in self._runs.values())
+        return attrs.evolve(reading, store_errors=reading.store_errors + live_errors)
 
 
 @asynccontextmanager
@@ -556,6 +576,7 @@ class RunActor:
                     await self.publish(self._event(Kind.RUN_STARTED, raw=self.metadata or None))
                     started = trio.current_time()
                     run_started(self.run_id, self.thread_id)
+                    self.engine.stats.runs_started += 1
                     async with trio.open_nursery() as work:
                         self._work = work
                         task_status.started()
@@ -587,6 +608,7 @@ class RunActor:
                 run_ended(
                     self.run_id, kind.removeprefix("run."), duration, len(self._results), code
                 )
+                self.engine.stats.run_ended(kind.removeprefix("run."))
             self.closed.set()
             self.engine._retire(self)
 
@@ -625,6 +647,7 @@ class RunActor:
                     # Results first: a delegation's result is kept before its terminal is.
                     await self._save_results()
                     await self.journal.append_entries(batch)
+                    self.engine.stats.store_appends += 1
                 except StoreUnavailableError as exc:
                     # Kept from nobody but live viewers from here on: end the run, typed.
                     self.store_errors += 1
@@ -744,6 +767,7 @@ class RunActor:
             self.run_id, delegation_id, identity.agent_key, request.parent_tool_call_id
         )
         delegation_ended(state.result, 0.0)
+        self.engine.stats.delegation_ended(state.result)
         done = trio.Event()
         if not self._ended:
             for event in events:
@@ -1149,6 +1173,7 @@ class DelegationActor:
                 run.record(state.result)
                 run.remember_context(self.spec, state.result.remote_context_id)
                 delegation_ended(state.result, trio.current_time() - self._started)
+                run.engine.stats.delegation_ended(state.result)
             run._delegation_ended(self)
             self._answers_in.close()
             self.done.set()

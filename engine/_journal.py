@@ -224,6 +224,10 @@ class RunJournal:
         self._dup_starts = 0
         self._synth_starts = 0
         self._synth_terminals = 0
+        #: For metrics (`engine._stats`): `stream.gap` markers its viewers were given, and the
+        #: statuses folded in the buffers of viewers that left (live ones are read at a scrape).
+        self.viewer_gaps = 0
+        self.viewer_folds = 0
 
     @classmethod
     def reopened(
@@ -553,6 +557,8 @@ class Subscription(_EntryReader):
         # Never read past what the journal has fanned out: those entries will be offered live.
         published = journal._published
         entries = [e for e in entries if self._resume_after < e.cursor <= published]
+        # Only catch-up reads come from the store, so only they can hold gap markers.
+        journal.viewer_gaps += sum(1 for e in entries if e.event.kind == Kind.GAP)
         self._buffer.backfill(entries)
         if entries:
             self._resume_after = entries[-1].cursor
@@ -568,6 +574,7 @@ class Subscription(_EntryReader):
         if not self._closed:
             self._closed = True
             self._journal._detach(self)
+            self._journal.viewer_folds += self._buffer.statistics().folded_statuses
             self._buffer.close()
 
 

@@ -31,6 +31,10 @@ a variable that is not set is an error at start, not at the first delegation.
     level = "INFO"                # DEBUG | INFO | WARNING | ERROR (the run lines are INFO)
     access_log = false            # one line per HTTP request (never its query or headers)
 
+    [metrics]                     # all optional: Prometheus text at /metrics (`web.metrics`)
+    enabled = false               # off: /metrics answers 404 and nothing is exported
+    token_env = "METRICS_TOKEN"   # a scrape needs this bearer token (required beyond loopback)
+
     [parent]
     kind = "scripted"             # scripted | claude-code (or its alias claude) | codex
     # for the CLIs: binary = "claude", model_endpoint = "http://127.0.0.1:8001",
@@ -83,7 +87,7 @@ import attrs
 from adapters import a2a, agui
 from adapters.agent_protocols import AgentProtocol, AgentSettings, parse_byte_size
 from adapters.agui import DEFAULT_MODE, MODES
-from adapters.listener import is_bearer_credential
+from adapters.listener import is_bearer_credential, is_loopback
 from adapters.parents import (
     CLAUDE_CODE,
     CLI_PARENT_KINDS,
@@ -113,6 +117,7 @@ __all__ = [
     "ConfigError",
     "HostConfig",
     "LoggingEntry",
+    "MetricsEntry",
     "ParentEntry",
     "ServerEntry",
     "load_config",
@@ -280,6 +285,15 @@ class LoggingEntry:
     access_log: bool = False
 
 
+@attrs.frozen
+class MetricsEntry:
+    """`[metrics]`: the Prometheus endpoint `/metrics` on the server's listener (`web.metrics`)."""
+
+    enabled: bool = False
+    #: The variable holding the bearer token a scrape needs; None: none (loopback only).
+    token_env: str | None = None
+
+
 #: Where runs are kept: `StoreEntry.kind`.
 STORE_KINDS: Final = ("sqlite", "memory", "redis")
 
@@ -391,6 +405,7 @@ class HostConfig:
     limits: EngineLimits = attrs.field(factory=EngineLimits)
     store: StoreEntry = attrs.field(factory=StoreEntry)
     logging: LoggingEntry = attrs.field(factory=LoggingEntry)
+    metrics: MetricsEntry = attrs.field(factory=MetricsEntry)
     _lines: Mapping[tuple[Any, ...], int] = attrs.field(factory=dict, repr=False, eq=False)
 
     @property
@@ -467,6 +482,34 @@ class HostConfig:
             problem = f"the host token in {name!r} {weak}"
         else:
             return value
+        raise ConfigError(self.source, _line_of(self._lines, path), _dotted(path), problem)
+
+    def metrics_token(self, environ: Mapping[str, str] | None = None) -> str | None:
+        """The bearer token `/metrics` needs (`[metrics] token_env`, read from `environ`,
+        default os.environ); None without one. `ConfigError` for a variable that is not set or
+        too weak, and for metrics enabled without a token on a listener beyond loopback (every
+        machine that reaches the port would read them)."""
+        entry = self.metrics
+        if not entry.enabled:
+            return None
+        path = ("metrics", "token_env")
+        if entry.token_env is None:
+            if is_loopback(self.server.host):
+                return None
+            path = ("metrics", "enabled")
+            problem = (
+                f"metrics on a listener beyond loopback ({self.server.host}) need a token: "
+                'set [metrics] token_env = "NAME" (the variable holding at least '
+                f"{MIN_HOST_TOKEN_CHARS} random characters) or listen on 127.0.0.1"
+            )
+        else:
+            value = (os.environ if environ is None else environ).get(entry.token_env, "")
+            if not value:
+                problem = f"the environment variable {entry.token_env!r} is not set"
+            elif weak := weak_token(value):
+                problem = f"the metrics token in {entry.token_env!r} {weak}"
+            else:
+                return value
         raise ConfigError(self.source, _line_of(self._lines, path), _dotted(path), problem)
 
     def agent_error(self, key: str, message: str) -> ConfigError:
@@ -651,7 +694,7 @@ class _Reader:
         return tuple(values)
 
     def host(self, document: dict[str, Any]) -> HostConfig:
-        known = {"server", "parent", "agents", "limits", "store", "logging"}
+        known = {"server", "parent", "agents", "limits", "store", "logging", "metrics"}
         top = self.table(document, (), known)
         agents = self.get(top, (), "agents", list, [])
         entries = tuple(self.agent(value, ("agents", i)) for i, value in enumerate(agents))
@@ -681,6 +724,7 @@ class _Reader:
             limits=limits,
             store=self.store(top.get("store", {})),
             logging=self.logging(top.get("logging", {})),
+            metrics=self.metrics(top.get("metrics", {}), server),
             lines=dict(self.lines),
         )
 
@@ -741,6 +785,21 @@ class _Reader:
             level=level.upper(),
             access_log=self.get(table, path, "access_log", bool, False),
         )
+
+    def metrics(self, value: Any, server: ServerEntry) -> MetricsEntry:
+        path: _Path = ("metrics",)
+        table = self.table(value, path, {"enabled", "token_env"})
+        entry = MetricsEntry(
+            enabled=self.get(table, path, "enabled", bool, False),
+            token_env=self.get(table, path, "token_env", str, check=_env_name),
+        )
+        if entry.enabled and entry.token_env is None and not is_loopback(server.host):
+            raise self.fail(
+                (*path, "enabled"),
+                f"metrics on a listener beyond loopback ({server.host}) need a token: set "
+                '[metrics] token_env = "NAME" or listen on 127.0.0.1',
+            )
+        return entry
 
     def store(self, value: Any) -> StoreEntry:
         path: _Path = ("store",)

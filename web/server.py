@@ -135,6 +135,8 @@ from engine import (
 from web.artifacts import ARTIFACT_MAX_BYTES, ArtifactRefused, artifact_response_parts
 from web.cluster import run_node
 from web.config import HostConfig
+from web.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from web.metrics import Metrics
 from web.stores import open_store
 
 __all__ = [
@@ -725,11 +727,13 @@ def create_app(
     page: bytes | None = None,
     host_token: str | None = None,
     artifact_max_bytes: int = ARTIFACT_MAX_BYTES,
+    metrics: Metrics | None = None,
 ) -> RequestGuard:
     """The Quart-Trio application over `host`, behind the request guard (`adapters.listener`):
     the ASGI app to serve. `host_token`, when given, is the bearer credential that starting a
     run (`POST /runs`, `POST /agui`) requires; `artifact_max_bytes` bounds what the artifacts
-    route serves (`web.artifacts`)."""
+    route serves (`web.artifacts`). `metrics`, when given, is served at `GET /metrics`
+    (`web.metrics`; else that route is 404)."""
     app = QuartTrio("subagent_engine", static_folder=None)
     app.config["MAX_CONTENT_LENGTH"] = config.server.max_body_bytes
     allowed_origins = frozenset(config.server.cors_origins)
@@ -1141,14 +1145,27 @@ def create_app(
             json.dumps(document), status=200 if ok else 503, content_type="application/json"
         )
 
+    if metrics is not None:
+
+        @app.get("/metrics")
+        async def metrics_route() -> Response:
+            if metrics.token is not None:
+                require_bearer(
+                    _authorization(request.headers),
+                    metrics.token,
+                    message="The metrics need their token: 'Authorization: Bearer <token>'.",
+                )
+            return Response(metrics.exposition(), content_type=METRICS_CONTENT_TYPE)
+
     if page is not None:
 
         @app.get("/")
         async def index() -> Response:
             return Response(page, content_type="text/html; charset=utf-8")
 
+    served: Any = CountRequests(app, host)
     return RequestGuard(
-        CountRequests(app, host),
+        metrics.count_viewers(served) if metrics is not None else served,
         allowed_hosts=config.server.allowed_hosts,
         allowed_origins=allowed_origins,
         json_only=True,

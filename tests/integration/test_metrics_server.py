@@ -1,0 +1,138 @@
+"""`/metrics` on a real listener: 404 while `[metrics]` is off; with it on, 401 without the
+metrics token or with a wrong one; with the token, the Prometheus text exposition of a run in
+which the scripted parent delegated to two in-process agents, one finishing and one failing with
+an error code of its own making, which never becomes a label value.
+
+A real server (`open_host`, `create_app`, `serve_app` on 127.0.0.1, as `serve` wires them).
+"""
+
+from __future__ import annotations
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from adapters.inprocess import InProcessTarget, LocalTask
+from adapters.parents import ScriptedParent
+from engine import AgentSpec, DelegationError
+from web.config import parse_config
+from web.metrics import Metrics
+from web.server import create_app, default_encoder_factory, open_host, serve_app
+
+METRICS_TOKEN = "metrics-token-4Rt6yU8iO0pQ"
+#: What a remote controls: its error code. Shaped to break out of a label if pasted into one.
+HOSTILE = 'evil"} 1\nsubagent_engine_runs_started_total{x="'
+
+RUN_INPUT = {
+    "threadId": "thread-metrics",
+    "messages": [{"id": "u1", "role": "user", "content": "Summarise Trio."}],
+    "tools": [],
+    "context": [],
+    "state": {},
+    "forwardedProps": {},
+}
+
+
+async def research(task: LocalTask) -> str:
+    await task.say("Trio nurseries.")
+    return "Trio nurseries supervise tasks."
+
+
+async def review(task: LocalTask) -> str:
+    await task.say(HOSTILE)
+    raise DelegationError(code=HOSTILE, message=HOSTILE)
+
+
+AGENTS = [
+    AgentSpec(key="research", target=InProcessTarget(research)),
+    AgentSpec(key="review", target=InProcessTarget(review)),
+]
+
+
+async def test_metrics_are_404_while_off() -> None:
+    config = parse_config("", "test.toml")
+    async with open_host(config, AGENTS, ScriptedParent) as (host, _):
+        app = create_app(host, config, default_encoder_factory())
+        async with serve_app(app) as base, httpx.AsyncClient(timeout=30) as http:
+            answer = await http.get(f"{base}/metrics")
+            assert answer.status_code == 404
+            with_token = await http.get(
+                f"{base}/metrics", headers={"authorization": f"Bearer {METRICS_TOKEN}"}
+            )
+            assert with_token.status_code == 404
+
+
+async def test_metrics_need_their_token_and_count_a_run() -> None:
+    config = parse_config('[metrics]\nenabled = true\ntoken_env = "M"\n', "test.toml")
+    token = config.metrics_token({"M": METRICS_TOKEN})
+    assert token == METRICS_TOKEN
+    async with open_host(config, AGENTS, ScriptedParent) as (host, _):
+        metrics = Metrics(host.engine, token=token)
+        app = create_app(host, config, default_encoder_factory(), metrics=metrics)
+        async with serve_app(app) as base, httpx.AsyncClient(timeout=30) as http:
+            url = f"{base}/metrics"
+            assert (await http.get(url)).status_code == 401
+            wrong = await http.get(url, headers={"authorization": "Bearer x" + METRICS_TOKEN})
+            assert wrong.status_code == 401
+            assert wrong.headers["www-authenticate"].startswith("Bearer")
+            auth = {"authorization": f"Bearer {METRICS_TOKEN}"}
+            before = await http.get(url, headers=auth)
+            assert before.status_code == 200
+            assert before.headers["content-type"].startswith("text/plain; version=0.0.4")
+            assert samples(before.text)[("subagent_engine_runs_started_total", ())] == 0
+
+            started = await http.post(f"{base}/runs", json=RUN_INPUT)
+            assert started.status_code == 201, started.text
+            events = f"{base}{started.json()['events_url']}"
+            viewer = {"authorization": f"Bearer {started.json()['viewer_token']}"}
+            streamed = await http.get(events, headers=viewer)  # to the run's end
+            assert b"RUN_FINISHED" in streamed.content
+            hosted = await host.find(started.json()["run_id"], started.json()["viewer_token"])
+            await hosted.ended.wait()  # its run actor closed: every counter moved
+            answer = await http.get(url, headers=auth)
+    assert answer.status_code == 200
+    found = samples(answer.text)
+    assert found[("subagent_engine_runs_started_total", ())] == 1
+    assert found[("subagent_engine_runs_ended_total", (("outcome", "finished"),))] == 1
+    assert found[("subagent_engine_runs_ended_total", (("outcome", "failed"),))] == 0
+    assert found[("subagent_engine_runs_active", ())] == 0
+    assert found[("subagent_engine_delegations_active", ())] == 0
+    ended = {
+        labels: value
+        for (name, labels), value in found.items()
+        if name == "subagent_engine_delegations_ended_total"
+    }
+    assert ended == {
+        (("agent", "research"), ("error_code", "none"), ("status", "completed")): 1,
+        (("agent", "review"), ("error_code", "other"), ("status", "failed")): 1,
+    }
+    assert found[("subagent_engine_journal_events_total", ())] > 0
+    assert found[("subagent_engine_store_appends_total", ())] > 0
+    assert found[("subagent_engine_viewers_active", (("transport", "sse"),))] == 0
+    assert found[("subagent_engine_viewers_active", (("transport", "ws"),))] == 0
+    # The remote's code is in no label and nowhere in the text.
+    values = {value for _, labels in found for _, value in labels}
+    assert values <= {
+        "research",
+        "review",
+        "other",
+        "none",
+        "completed",
+        "failed",
+        "finished",
+        "cancelled",
+        "confirmed",
+        "pending",
+        "unsupported",
+        "sse",
+        "ws",
+    }
+    assert "evil" not in answer.text
+
+
+def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """(sample name, sorted labels) -> value, parsed as Prometheus would."""
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
