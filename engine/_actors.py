@@ -646,8 +646,8 @@ class RunActor:
                 try:
                     # Results first: a delegation's result is kept before its terminal is.
                     await self._save_results()
-                    await self.journal.append_entries(batch)
-                    self.engine.stats.store_appends += 1
+                    if await self.journal.append_entries(batch):
+                        self.engine.stats.store_appends += 1  # one store write
                 except StoreUnavailableError as exc:
                     # Kept from nobody but live viewers from here on: end the run, typed.
                     self.store_errors += 1
