@@ -3,21 +3,31 @@ metrics token or with a wrong one; with the token, the Prometheus text expositio
 which the scripted parent delegated to two in-process agents, one finishing and one failing with
 an error code of its own making, which never becomes a label value.
 
-A real server (`open_host`, `create_app`, `serve_app` on 127.0.0.1, as `serve` wires them).
+A real server (`open_host`, `create_app`, `serve_app` on 127.0.0.1, as `serve` wires them), then
+`serve` itself: a process with `[metrics]` in its file, and one refused before it listens.
 """
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
+from cli.serve import serve_main
 from engine import AgentSpec, DelegationError
 from web.config import parse_config
 from web.metrics import Metrics
 from web.server import create_app, default_encoder_factory, open_host, serve_app
 
+REPO = Path(__file__).resolve().parents[2]
 METRICS_TOKEN = "metrics-token-4Rt6yU8iO0pQ"
 #: What a remote controls: its error code. Shaped to break out of a label if pasted into one.
 HOSTILE = 'evil"} 1\nsubagent_engine_runs_started_total{x="'
@@ -136,3 +146,51 @@ def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def test_serve_exports_metrics_behind_the_token_it_read(tmp_path: Path) -> None:
+    """`serve` as a user runs it: the `[metrics]` table wired, the token from its variable."""
+    config = tmp_path / "host.toml"
+    config.write_text(
+        '[server]\nport = 0\n\n[store]\nkind = "memory"\n\n'
+        '[metrics]\nenabled = true\ntoken_env = "SE_METRICS_TOKEN"\n'
+    )
+    env = {**os.environ, "SE_METRICS_TOKEN": METRICS_TOKEN}
+    with subprocess.Popen(
+        [sys.executable, "-m", "cli", "serve", "--config", str(config)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            line = proc.stdout.readline()
+            assert line.startswith("subagent-engine serving on http://127.0.0.1:"), line
+            url = line.split()[3]
+            banner = [proc.stdout.readline() for _ in range(3)]
+            assert f"  metrics: {url}/metrics (token in $SE_METRICS_TOKEN)\n" in banner
+            assert httpx.get(f"{url}/metrics", timeout=10).status_code == 401
+            auth = {"authorization": f"Bearer {METRICS_TOKEN}"}
+            answer = httpx.get(f"{url}/metrics", headers=auth, timeout=10)
+            assert answer.status_code == 200
+            assert samples(answer.text)[("subagent_engine_runs_active", ())] == 0
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_serve_refuses_metrics_beyond_loopback_without_a_token(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "host.toml"
+    config.write_text('[server]\ntoken_env = "SE_HOST_TOKEN"\n\n[metrics]\nenabled = true\n')
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SE_HOST_TOKEN", "host-token-5Ty7uI9oP1aS3dF")
+        assert serve_main(str(config), host="0.0.0.0") == 2
+    assert "metrics.enabled: metrics on a listener beyond loopback" in capsys.readouterr().err
