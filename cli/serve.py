@@ -30,6 +30,7 @@ configured credential or the host token.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -45,7 +46,7 @@ from demo.agents import demo_agents
 from engine import AgentSpec, TargetPrepareError
 from web.config import ConfigError, HostConfig, load_config, parse_config
 from web.logs import AccessLog, configure_logging
-from web.metrics import Metrics
+from web.metrics import Metrics, metrics_app
 from web.page import bundled_page
 from web.server import (
     RunHost,
@@ -110,24 +111,34 @@ async def _serve(
             nonlocal forced
             forced = force_exit(everything, signum, out)
 
-        async with open_host(config, agents, parent) as (run_host, endpoint):
-            app = create_app(
+        async with (
+            open_host(config, agents, parent) as (run_host, endpoint),
+            contextlib.AsyncExitStack() as stack,
+        ):
+            metrics = None
+            if config.metrics.enabled:
+                metrics = Metrics(run_host.engine, token=metrics_token)
+            own = config.metrics.address if metrics is not None else None
+            app: Any = create_app(
                 run_host,
                 config,
                 default_encoder_factory(),
                 page=bundled_page(),
                 host_token=host_token,
-                metrics=(
-                    Metrics(run_host.engine, token=metrics_token)
-                    if config.metrics.enabled
-                    else None
-                ),
+                metrics=metrics if own is None else None,
             )
+            metrics_url = None
+            if metrics is not None and own is not None:
+                app = metrics.count_viewers(app)  # the route is on the listener of its own
+                scrape = metrics_app(metrics, allowed_hosts=config.server.allowed_hosts)
+                metrics_url = await stack.enter_async_context(
+                    serve_app(scrape, host=own[0], port=own[1])
+                )
             served: Any = AccessLog(app) if config.logging.access_log else app
             bind_host, bind_port = config.server.host, config.server.port
             async with serve_app(served, host=bind_host, port=bind_port) as url:
                 keys = ", ".join(spec.key for spec in agents) or "none"
-                _announce(config, url, keys, endpoint.base_url, run_host, out)
+                _announce(config, url, keys, endpoint.base_url, run_host, out, metrics_url)
                 freeze_startup_objects()
                 with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
                     grace = config.server.shutdown_grace_seconds
@@ -136,7 +147,13 @@ async def _serve(
 
 
 def _announce(
-    config: HostConfig, url: str, keys: str, mcp_url: str, run_host: RunHost, out: TextIO
+    config: HostConfig,
+    url: str,
+    keys: str,
+    mcp_url: str,
+    run_host: RunHost,
+    out: TextIO,
+    metrics_url: str | None = None,
 ) -> None:
     print(f"subagent-engine serving on {url} (config: {config.source})", file=out)
     print(f"  agents: {keys}; parent: {config.parent.kind}; MCP: {mcp_url}", file=out)
@@ -151,7 +168,7 @@ def _announce(
     print(f"  runs kept in: {describe_store(config.store)}", file=out)
     if config.metrics.enabled:
         guard = f"token in ${config.metrics.token_env}" if config.metrics.token_env else "no token"
-        print(f"  metrics: {url}/metrics ({guard})", file=out)
+        print(f"  metrics: {metrics_url or url}/metrics ({guard})", file=out)
     if config.server.token_env:
         print(
             f"  starting runs needs the host token in ${config.server.token_env}; "

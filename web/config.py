@@ -34,6 +34,7 @@ a variable that is not set is an error at start, not at the first delegation.
     [metrics]                     # all optional: Prometheus text at /metrics (`web.metrics`)
     enabled = false               # off: /metrics answers 404 and nothing is exported
     token_env = "METRICS_TOKEN"   # a scrape needs this bearer token (required beyond loopback)
+    listen = "127.0.0.1:9464"     # a listener of their own (default: the server's)
 
     [parent]
     kind = "scripted"             # scripted | claude-code (or its alias claude) | codex
@@ -292,6 +293,16 @@ class MetricsEntry:
     enabled: bool = False
     #: The variable holding the bearer token a scrape needs; None: none (loopback only).
     token_env: str | None = None
+    #: `host:port` of a listener serving only `/metrics`; None: the server's own listener.
+    listen: str | None = None
+
+    @property
+    def address(self) -> tuple[str, int] | None:
+        """`listen` as (host, port), or None."""
+        if self.listen is None:
+            return None
+        host, _, port = self.listen.rpartition(":")
+        return host.strip("[]"), int(port)
 
 
 #: Where runs are kept: `StoreEntry.kind`.
@@ -494,11 +505,12 @@ class HostConfig:
             return None
         path = ("metrics", "token_env")
         if entry.token_env is None:
-            if is_loopback(self.server.host):
+            host = entry.address[0] if entry.address is not None else self.server.host
+            if is_loopback(host):
                 return None
-            path = ("metrics", "enabled")
+            path = ("metrics", "listen" if entry.address is not None else "enabled")
             problem = (
-                f"metrics on a listener beyond loopback ({self.server.host}) need a token: "
+                f"metrics on a listener beyond loopback ({host}) need a token: "
                 'set [metrics] token_env = "NAME" (the variable holding at least '
                 f"{MIN_HOST_TOKEN_CHARS} random characters) or listen on 127.0.0.1"
             )
@@ -788,15 +800,17 @@ class _Reader:
 
     def metrics(self, value: Any, server: ServerEntry) -> MetricsEntry:
         path: _Path = ("metrics",)
-        table = self.table(value, path, {"enabled", "token_env"})
+        table = self.table(value, path, {"enabled", "token_env", "listen"})
         entry = MetricsEntry(
             enabled=self.get(table, path, "enabled", bool, False),
             token_env=self.get(table, path, "token_env", str, check=_env_name),
+            listen=self.get(table, path, "listen", str, check=_listen_address),
         )
-        if entry.enabled and entry.token_env is None and not is_loopback(server.host):
+        host = entry.address[0] if entry.address is not None else server.host
+        if entry.enabled and entry.token_env is None and not is_loopback(host):
             raise self.fail(
-                (*path, "enabled"),
-                f"metrics on a listener beyond loopback ({server.host}) need a token: set "
+                (*path, "listen" if entry.address is not None else "enabled"),
+                f"metrics on a listener beyond loopback ({host}) need a token: set "
                 '[metrics] token_env = "NAME" or listen on 127.0.0.1',
             )
         return entry
@@ -1054,6 +1068,17 @@ def _not_negative(value: float) -> str | None:
 
 def _finite_not_negative(value: float) -> str | None:
     return None if 0 <= value < float("inf") else "must be a number of seconds >= 0"
+
+
+def _listen_address(value: str) -> str | None:
+    """`host:port` (an IPv6 host in brackets: `[::1]:9464`)."""
+    host, colon, port = value.rpartition(":")
+    bare = host.strip("[]")
+    if not colon or not bare or not port.isascii() or not port.isdigit():
+        return "must be host:port, such as 127.0.0.1:9464"
+    if ":" in bare and not (host.startswith("[") and host.endswith("]")):
+        return "must put an IPv6 address in brackets, such as [::1]:9464"
+    return _port(int(port))
 
 
 def _port(value: int) -> str | None:

@@ -23,10 +23,20 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from quart import Response, request
+from quart_trio import QuartTrio
 
+from adapters.listener import RequestGuard, require_bearer
 from engine import METRIC_OTHER, Engine, ErrorCode, RemoteCancel, Status
 
-__all__ = ["CONTENT_TYPE", "PREFIX", "EngineCollector", "Metrics", "ViewerCount"]
+__all__ = [
+    "CONTENT_TYPE",
+    "PREFIX",
+    "EngineCollector",
+    "Metrics",
+    "ViewerCount",
+    "metrics_app",
+]
 
 #: Every metric's name starts with it.
 PREFIX: Final = "subagent_engine_"
@@ -190,3 +200,27 @@ class Metrics:
     def exposition(self) -> bytes:
         """The text exposition of every metric now."""
         return generate_latest(self.registry)
+
+    def response(self, authorization: list[bytes]) -> Response:
+        """The answer to `GET /metrics` with these `Authorization` values: the exposition, or
+        `Refusal` 401 when a token is set and they do not carry it."""
+        if self.token is not None:
+            require_bearer(
+                authorization,
+                self.token,
+                message="The metrics need their token: 'Authorization: Bearer <token>'.",
+            )
+        return Response(self.exposition(), content_type=CONTENT_TYPE)
+
+
+def metrics_app(metrics: Metrics, *, allowed_hosts: tuple[str, ...] = ()) -> RequestGuard:
+    """An application that serves only `GET /metrics` (everything else 404), for a listener of
+    its own (`[metrics] listen`), behind the same request guard as the server's."""
+    app = QuartTrio("subagent_engine_metrics", static_folder=None)
+
+    @app.get("/metrics")
+    async def scrape() -> Response:
+        values = [value.encode("latin-1") for value in request.headers.getlist("authorization")]
+        return metrics.response(values)
+
+    return RequestGuard(app, allowed_hosts=allowed_hosts, json_only=True, websockets=False)

@@ -135,7 +135,6 @@ from engine import (
 from web.artifacts import ARTIFACT_MAX_BYTES, ArtifactRefused, artifact_response_parts
 from web.cluster import run_node
 from web.config import HostConfig
-from web.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from web.metrics import Metrics
 from web.stores import open_store
 
@@ -1149,13 +1148,7 @@ def create_app(
 
         @app.get("/metrics")
         async def metrics_route() -> Response:
-            if metrics.token is not None:
-                require_bearer(
-                    _authorization(request.headers),
-                    metrics.token,
-                    message="The metrics need their token: 'Authorization: Bearer <token>'.",
-                )
-            return Response(metrics.exposition(), content_type=METRICS_CONTENT_TYPE)
+            return metrics.response(_authorization(request.headers))
 
     if page is not None:
 

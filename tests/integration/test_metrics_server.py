@@ -194,3 +194,39 @@ def test_serve_refuses_metrics_beyond_loopback_without_a_token(
         patch.setenv("SE_HOST_TOKEN", "host-token-5Ty7uI9oP1aS3dF")
         assert serve_main(str(config), host="0.0.0.0") == 2
     assert "metrics.enabled: metrics on a listener beyond loopback" in capsys.readouterr().err
+
+
+def test_serve_can_export_metrics_on_a_listener_of_their_own(tmp_path: Path) -> None:
+    config = tmp_path / "host.toml"
+    config.write_text(
+        '[server]\nport = 0\n\n[store]\nkind = "memory"\n\n'
+        '[metrics]\nenabled = true\nlisten = "127.0.0.1:0"\n'
+    )
+    with subprocess.Popen(
+        [sys.executable, "-m", "cli", "serve", "--config", str(config)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        start_new_session=True,
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            url = proc.stdout.readline().split()[3]
+            banner = [proc.stdout.readline() for _ in range(3)]
+            (line,) = [line for line in banner if line.startswith("  metrics: ")]
+            scrape_url = line.split()[1]
+            assert scrape_url.startswith("http://127.0.0.1:") and scrape_url.endswith("/metrics")
+            assert scrape_url != f"{url}/metrics"  # another port
+            assert httpx.get(f"{url}/metrics", timeout=10).status_code == 404
+            answer = httpx.get(scrape_url, timeout=10)
+            assert answer.status_code == 200
+            assert ("subagent_engine_runs_started_total", ()) in samples(answer.text)
+            other = httpx.get(scrape_url.removesuffix("/metrics") + "/healthz", timeout=10)
+            assert other.status_code == 404
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=20) == 0
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()

@@ -81,3 +81,36 @@ def test_a_host_moved_beyond_loopback_after_reading_is_refused_too() -> None:
     with pytest.raises(ConfigError) as caught:
         moved.metrics_token({})
     assert caught.value.field == "metrics.enabled" and "beyond loopback" in caught.value.message
+
+
+def test_a_listener_of_their_own_is_host_and_port() -> None:
+    config = parse_config('[metrics]\nenabled = true\nlisten = "127.0.0.1:9464"\n', "host.toml")
+    assert config.metrics.address == ("127.0.0.1", 9464)
+    v6 = parse_config('[metrics]\nenabled = true\nlisten = "[::1]:0"\n', "host.toml")
+    assert v6.metrics.address == ("::1", 0) and v6.metrics_token({}) is None
+
+
+def test_their_own_listener_decides_whether_a_token_is_needed() -> None:
+    # The server beyond loopback (with its host token), metrics on loopback only: no token.
+    text = '[server]\nhost = "0.0.0.0"\n\n[metrics]\nenabled = true\nlisten = "127.0.0.1:9464"\n'
+    assert parse_config(text, "host.toml").metrics_token({}) is None
+    error = _error('[metrics]\nenabled = true\nlisten = "0.0.0.0:9464"\n')
+    assert (error.line, error.field) == (3, "metrics.listen")
+    assert "beyond loopback (0.0.0.0)" in error.message
+
+
+@pytest.mark.parametrize(
+    ("listen", "message"),
+    [
+        ("9464", "must be host:port"),
+        ("127.0.0.1:", "must be host:port"),
+        (":9464", "must be host:port"),
+        ("127.0.0.1:http", "must be host:port"),
+        ("127.0.0.1:70000", "must be a TCP port"),
+        ("::1:9464", "IPv6 address in brackets"),
+    ],
+)
+def test_a_bad_listen_address_is_named(listen: str, message: str) -> None:
+    error = _error(f'[metrics]\nlisten = "{listen}"\n')
+    assert (error.line, error.field) == (2, "metrics.listen")
+    assert message in error.message
