@@ -47,13 +47,14 @@ TRANSPORTS: Final = ("sse", "ws")
 _RUN_OUTCOMES: Final = ("finished", "failed", "cancelled")
 _REMOTE_CANCELS: Final = (RemoteCancel.CONFIRMED, RemoteCancel.PENDING, RemoteCancel.UNSUPPORTED)
 _STATUSES: Final = frozenset({*Status.TERMINAL, Status.RUNNING})
+#: The engine's error codes, and `none` (a delegation that did not fail).
 _ERROR_CODES: Final = frozenset(
     value for name, value in vars(ErrorCode).items() if name.isupper() and isinstance(value, str)
-)
+) | {"none"}
 
 
 def _closed(value: str, allowed: frozenset[str] | tuple[str, ...]) -> str:
-    return value if value in allowed or value == "none" else METRIC_OTHER
+    return value if value in allowed else METRIC_OTHER
 
 
 class ViewerCount:
