@@ -1315,6 +1315,11 @@ class Run:
                 await actor.parent_calls_changed.wait()
         return actor.parent_calls.pair(arguments, exact=False)
 
+    def count_tool_call(self, tool: str) -> None:
+        """Count a call of the run's tool endpoint (`tool`: one of the names the endpoint lists;
+        for the engine's metrics, `Engine.statistics().tool_calls`)."""
+        self._actor.engine.stats.tool_called(tool)
+
     def claim_parent_tool_call(self, mode: str) -> str | None:
         """The parent tool call a delegation without a tool-call id belongs to (`medium`: the
         oldest unclaimed parent delegation call; `weak`: the only open one, else

@@ -29,6 +29,9 @@ __all__ = ["ERROR_CODES", "OTHER", "EngineStatistics", "EngineStats"]
 
 #: The label value of anything outside the closed sets.
 OTHER: Final = "other"
+#: Most distinct tool names counted (one per listed tool: the generic one, a shortcut per
+#: agent, reading output, asking the requester); beyond, `OTHER`.
+MAX_TOOL_LABELS: Final = 256
 #: The label value of "no error code" (a delegation that did not fail).
 NONE: Final = "none"
 #: Every error code the engine defines.
@@ -65,10 +68,19 @@ class EngineStats:
         #: Batches written to runs' journal stores, and writes that failed.
         self.store_appends = 0
         self.store_errors = 0
+        #: Tool name -> calls the run's tool endpoint took (the adapter names only the tools it
+        #: lists; at most `MAX_TOOL_LABELS` names, the rest `OTHER`).
+        self.tool_calls: Counter[str] = Counter()
         # What runs no longer counted from their journals left behind.
         self.retired_events = 0
         self.evicted_gaps = 0
         self.evicted_folds = 0
+
+    def tool_called(self, tool: str) -> None:
+        """A parent called one of the run endpoint's tools (`tool`: a name it lists)."""
+        if tool not in self.tool_calls and len(self.tool_calls) >= MAX_TOOL_LABELS:
+            tool = OTHER
+        self.tool_calls[tool] += 1
 
     def run_ended(self, outcome: str) -> None:
         self.runs_ended[closed(outcome, _RUN_OUTCOMES)] += 1
@@ -122,6 +134,7 @@ class EngineStats:
             viewer_buffer_bytes=buffered,
             store_appends=self.store_appends,
             store_errors=self.store_errors,
+            tool_calls=dict(self.tool_calls),
         )
 
 
@@ -158,3 +171,5 @@ class EngineStatistics:
     viewer_buffer_bytes: int
     store_appends: int
     store_errors: int
+    #: Calls of the run endpoints' tools, by tool name (names the endpoint lists, or OTHER).
+    tool_calls: dict[str, int] = attrs.field(factory=dict)

@@ -179,6 +179,14 @@ class EngineCollector(Collector):
         yield counter(
             "journal_folds", "Status events folded in slow viewers' buffers.", stats.journal_folds
         )
+        calls = CounterMetricFamily(
+            PREFIX + "mcp_tool_calls",
+            "Calls of the run endpoints' MCP tools, by tool name.",
+            labels=["tool"],
+        )
+        for tool, count in sorted(stats.tool_calls.items()):
+            calls.add_metric([tool], count)
+        yield calls
         yield counter("store_appends", "Writes to runs' journal stores.", stats.store_appends)
         yield counter("store_errors", "Run store writes that failed.", stats.store_errors)
 

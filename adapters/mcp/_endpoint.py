@@ -119,6 +119,7 @@ from adapters.mcp._elicitation import (
 )
 from adapters.mcp._tools import (
     ASK_TOOL,
+    GENERIC_TOOL,
     OUTPUT_URI_SCHEME,
     READ_OUTPUT_TOOL,
     AgentSummary,
@@ -132,6 +133,7 @@ from adapters.mcp._tools import (
     render_error,
     render_page,
     render_result,
+    shortcut_tool_name,
 )
 from engine import (
     DEFAULT_MAX_RESULT_CHARS,
@@ -599,6 +601,13 @@ class DelegationEndpoint:
         tools = list_tools(agents, self.settings.shortcuts, ask=self.requester is not None)
         return types.ListToolsResult(tools=tools)
 
+    def _tool_label(self, name: str) -> str:
+        """`name` if this endpoint can list a tool of that name for `run`, else "other": a
+        model may call any name, and a metric's label must not grow with what it invents."""
+        listed = {GENERIC_TOOL, READ_OUTPUT_TOOL, ASK_TOOL}
+        listed.update(shortcut_tool_name(key) for key in self.settings.shortcuts)
+        return name if name in listed else "other"
+
     async def _describe(self, run: Run) -> list[AgentSummary]:
         """Each registered agent's description and skills: the host's words first, else what
         the agent says of itself (`Target.description`, e.g. its card). Every target is
@@ -652,6 +661,7 @@ class DelegationEndpoint:
                 tool=params.name,
             )
         run = slot.run
+        run.count_tool_call(self._tool_label(params.name))
         if params.request_state is not None:
             return await self._resume_round(ctx, run, params)
         if params.name == ASK_TOOL and self.requester is not None:

@@ -135,7 +135,9 @@ async def test_metrics_need_their_token_and_count_a_run() -> None:
         "unsupported",
         "sse",
         "ws",
+        "delegate_to_agent",  # the scripted parent's calls of the run endpoint's tool
     }
+    assert found[("subagent_engine_mcp_tool_calls_total", (("tool", "delegate_to_agent"),))] == 2
     assert "evil" not in answer.text
 
 
