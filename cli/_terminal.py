@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+from collections.abc import Mapping
 from typing import Final, TextIO
 
 import attrs
@@ -28,8 +29,10 @@ __all__ = [
     "PLAIN_WIDTH",
     "REDRAW_INTERVAL",
     "Screen",
+    "alone",
     "ending",
     "exit_status",
+    "open_screen",
 ]
 
 EXIT_FINISHED: Final = 0
@@ -97,3 +100,23 @@ def ending(tree: RunTree) -> str:
     how = "failed" if tree.outcome == Kind.RUN_FAILED else "was cancelled"
     why = f": {tree.error}" if tree.error else ""
     return f"\nThe run {how}{why}\n"
+
+
+def open_screen(out: TextIO, environ: Mapping[str, str], force_tty: bool | None) -> Screen:
+    """The screen for `out`: redrawn in place on a terminal (`force_tty` overrides the check),
+    plain appended lines otherwise, and when `NO_COLOR` is set and not empty (no-color.org) or
+    `TERM=dumb`. A live screen hides the cursor while the tree is redrawn."""
+    tty = out.isatty() if force_tty is None else force_tty
+    plain = not tty or bool(environ.get("NO_COLOR")) or environ.get("TERM") == "dumb"
+    screen = Screen(out=out, live=not plain, colour=not plain)
+    if screen.live:
+        screen.write("\x1b[?25l")
+    return screen
+
+
+def alone(exc: BaseException) -> BaseException:
+    """The one exception inside nested single-member groups (what Trio's nurseries wrap an
+    error in), else `exc` itself."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    return exc

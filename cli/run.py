@@ -41,8 +41,10 @@ from cli._terminal import (
     EXIT_INTERRUPTED,
     REDRAW_INTERVAL,
     Screen,
+    alone,
     ending,
     exit_status,
+    open_screen,
 )
 from cli._tree import RunTree
 from demo.agents import demo_agents
@@ -134,12 +136,6 @@ async def _run_once(config: HostConfig, prompt: str, screen: Screen, err: TextIO
     return exit_status(tree, interrupted)
 
 
-def _alone(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def run_main(
     prompt: str,
     *,
@@ -166,16 +162,11 @@ def run_main(
     except ConfigError as exc:
         print(f"{_PROG}: {exc}", file=err)
         return EXIT_CONFIG
-    tty = out.isatty() if force_tty is None else force_tty
-    # NO_COLOR (set and not empty, no-color.org) and TERM=dumb ask for plain text: no redraw.
-    plain = not tty or bool(env.get("NO_COLOR")) or env.get("TERM") == "dumb"
-    screen = Screen(out=out, live=not plain, colour=not plain)
-    if screen.live:
-        screen.write("\x1b[?25l")  # the cursor hidden while the tree is redrawn
+    screen = open_screen(out, env, force_tty)
     try:
         return trio.run(_run_once, config, prompt, screen, err)
     except BaseException as exc:
-        refused = _alone(exc)
+        refused = alone(exc)
         if isinstance(refused, TargetPrepareError):
             for key, error in refused.failures.items():
                 print(f"{_PROG}: {config.agent_error(key, f'cannot be used: {error}')}", file=err)

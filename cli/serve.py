@@ -42,6 +42,7 @@ import trio
 
 from adapters.listener import is_loopback
 from adapters.parents import ParentAgent
+from cli._terminal import alone
 from demo.agents import demo_agents
 from engine import AgentSpec, TargetPrepareError
 from web.config import ConfigError, HostConfig, load_config, parse_config
@@ -221,7 +222,7 @@ def serve_main(
     try:
         status = trio.run(_serve, config, host_token, sys.stdout, metrics_token)
     except BaseException as exc:
-        refused = _alone(exc)
+        refused = alone(exc)
         if isinstance(refused, StoreOpenError):
             print(f"subagent-engine serve: {refused}", file=sys.stderr)
             return 2
@@ -243,13 +244,6 @@ def _secrets(config: HostConfig, host_token: str | None, agents: list[AgentSpec]
     if config.parent.api_key_env:
         found.append(os.environ.get(config.parent.api_key_env, ""))
     return [secret for secret in found if secret]
-
-
-def _alone(exc: BaseException) -> BaseException:
-    """`exc` without the groups of one exception that nurseries wrap it in."""
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
 
 
 def check_exposure(config: HostConfig) -> str | None:

@@ -42,8 +42,10 @@ from cli._terminal import (
     EXIT_INTERRUPTED,
     REDRAW_INTERVAL,
     Screen,
+    alone,
     ending,
     exit_status,
+    open_screen,
 )
 from cli._tree import RunTree, clean_text
 from cli._watch_wire import BadUrl, EngineStream, StreamError, WatchTarget, watch_target
@@ -134,7 +136,7 @@ async def watch_run(
         ):
             await _follow(target, token, screen, err, retries, http, nursery, tree)
     except BaseExceptionGroup as group:
-        raise _alone(group) from None
+        raise alone(group) from None
     screen.write(ending(tree))
     return exit_status(tree, interrupted=False)
 
@@ -229,12 +231,6 @@ def _said(exc: Exception) -> str:
     return clean_text(str(exc))[:200] or type(exc).__name__
 
 
-def _alone(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        exc = exc.exceptions[0]
-    return exc
-
-
 def watch_main(
     url: str,
     *,
@@ -267,18 +263,13 @@ def watch_main(
     if not token.isascii() or not token.isprintable() or " " in token or len(token) > 512:
         print(f"{_PROG}: the token is not one a server gives (printable ASCII)", file=err)
         return EXIT_CONFIG
-    tty = out.isatty() if force_tty is None else force_tty
-    # NO_COLOR (set and not empty, no-color.org) and TERM=dumb ask for plain text: no redraw.
-    plain = not tty or bool(env.get("NO_COLOR")) or env.get("TERM") == "dumb"
-    screen = Screen(out=out, live=not plain, colour=not plain)
-    if screen.live:
-        screen.write("\x1b[?25l")  # the cursor hidden while the tree is redrawn
+    screen = open_screen(out, env, force_tty)
     try:
         return trio.run(
             lambda: watch_run(target, token, screen, err, retries=retries, transport=transport)
         )
     except BaseException as exc:
-        failure = _alone(exc)
+        failure = alone(exc)
         if isinstance(failure, WatchFailure):
             print(f"{_PROG}: {failure}", file=err)
             return failure.status
