@@ -91,7 +91,12 @@ from engine._results import (
     ResultMessage,
     Status,
 )
+from engine._stats import DELEGATION_STATUSES as METRIC_STATUSES
+from engine._stats import ERROR_CODES as METRIC_ERROR_CODES
+from engine._stats import NONE as METRIC_NONE
 from engine._stats import OTHER as METRIC_OTHER
+from engine._stats import REMOTE_CANCELS as METRIC_REMOTE_CANCELS
+from engine._stats import RUN_OUTCOMES as METRIC_RUN_OUTCOMES
 from engine._stats import EngineStatistics
 from engine._store import (
     LifecycleRetention,
@@ -198,7 +203,12 @@ __all__ = [
     "JournalStore",
     "JournalTail",
     "Kind",
+    "METRIC_ERROR_CODES",
+    "METRIC_NONE",
     "METRIC_OTHER",
+    "METRIC_REMOTE_CANCELS",
+    "METRIC_RUN_OUTCOMES",
+    "METRIC_STATUSES",
     "LaneBuffer",
     "LaneStatistics",
     "LifecycleRetention",

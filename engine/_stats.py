@@ -25,7 +25,17 @@ from engine._results import DelegationResult, ErrorCode, RemoteCancel, Status
 if TYPE_CHECKING:
     from engine._journal import RunJournal
 
-__all__ = ["ERROR_CODES", "OTHER", "EngineStatistics", "EngineStats"]
+__all__ = [
+    "DELEGATION_STATUSES",
+    "ERROR_CODES",
+    "NONE",
+    "OTHER",
+    "REMOTE_CANCELS",
+    "RUN_OUTCOMES",
+    "EngineStatistics",
+    "EngineStats",
+    "closed",
+]
 
 #: The label value of anything outside the closed sets.
 OTHER: Final = "other"
@@ -38,11 +48,13 @@ NONE: Final = "none"
 ERROR_CODES: Final = frozenset(
     value for name, value in vars(ErrorCode).items() if name.isupper() and isinstance(value, str)
 )
-_STATUSES: Final = frozenset({*Status.TERMINAL, Status.RUNNING})
-_REMOTE_CANCELS: Final = frozenset(
-    value for name, value in vars(RemoteCancel).items() if name.isupper() and isinstance(value, str)
+#: The label values of a delegation's status, a remote cancel's outcome (`not_needed` is not
+#: counted) and a run's outcome; a run outcome's order is the order its series are listed in.
+DELEGATION_STATUSES: Final = frozenset({*Status.TERMINAL, Status.RUNNING})
+REMOTE_CANCELS: Final = (RemoteCancel.CONFIRMED, RemoteCancel.PENDING, RemoteCancel.UNSUPPORTED)
+RUN_OUTCOMES: Final = tuple(
+    kind.removeprefix("run.") for kind in (Kind.RUN_FINISHED, Kind.RUN_FAILED, Kind.RUN_CANCELLED)
 )
-_RUN_OUTCOMES: Final = frozenset(k.removeprefix("run.") for k in Kind.RUN_TERMINALS)
 
 
 def closed(value: str | None, allowed: Iterable[str], none: str = NONE) -> str:
@@ -83,15 +95,15 @@ class EngineStats:
         self.tool_calls[tool] += 1
 
     def run_ended(self, outcome: str) -> None:
-        self.runs_ended[closed(outcome, _RUN_OUTCOMES)] += 1
+        self.runs_ended[closed(outcome, RUN_OUTCOMES)] += 1
 
     def delegation_ended(self, result: DelegationResult) -> None:
         agent = closed(result.agent, self.agents)
-        status = closed(result.status, _STATUSES)
+        status = closed(result.status, DELEGATION_STATUSES)
         code = closed(result.error.code if result.error is not None else None, ERROR_CODES)
         self.delegations_ended[agent, status, code] += 1
         if result.remote_cancel is not None and result.remote_cancel != RemoteCancel.NOT_NEEDED:
-            self.remote_cancels[closed(result.remote_cancel, _REMOTE_CANCELS)] += 1
+            self.remote_cancels[closed(result.remote_cancel, REMOTE_CANCELS)] += 1
 
     def run_retired(self, journal: RunJournal) -> None:
         """A run closed: its journal takes no more events."""

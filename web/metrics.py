@@ -16,7 +16,7 @@ defined) is `other`: nothing a request or a remote sends becomes a label value.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
@@ -27,7 +27,15 @@ from quart import Response, request
 from quart_trio import QuartTrio
 
 from adapters.listener import RequestGuard, require_bearer
-from engine import METRIC_OTHER, Engine, ErrorCode, RemoteCancel, Status
+from engine import (
+    METRIC_ERROR_CODES,
+    METRIC_NONE,
+    METRIC_OTHER,
+    METRIC_REMOTE_CANCELS,
+    METRIC_RUN_OUTCOMES,
+    METRIC_STATUSES,
+    Engine,
+)
 
 __all__ = [
     "CONTENT_TYPE",
@@ -44,16 +52,11 @@ PREFIX: Final = "subagent_engine_"
 CONTENT_TYPE: Final = CONTENT_TYPE_PLAIN_0_0_4
 #: The transports a viewer's stream uses (`ViewerCount`).
 TRANSPORTS: Final = ("sse", "ws")
-_RUN_OUTCOMES: Final = ("finished", "failed", "cancelled")
-_REMOTE_CANCELS: Final = (RemoteCancel.CONFIRMED, RemoteCancel.PENDING, RemoteCancel.UNSUPPORTED)
-_STATUSES: Final = frozenset({*Status.TERMINAL, Status.RUNNING})
-#: The engine's error codes, and `none` (a delegation that did not fail).
-_ERROR_CODES: Final = frozenset(
-    value for name, value in vars(ErrorCode).items() if name.isupper() and isinstance(value, str)
-) | {"none"}
+#: A delegation's error code: the engine's, or `none` (a delegation that did not fail).
+_ERROR_CODES: Final = METRIC_ERROR_CODES | {METRIC_NONE}
 
 
-def _closed(value: str, allowed: frozenset[str] | tuple[str, ...]) -> str:
+def _closed(value: str, allowed: Collection[str]) -> str:
     return value if value in allowed else METRIC_OTHER
 
 
@@ -123,9 +126,9 @@ class EngineCollector(Collector):
         ended = CounterMetricFamily(
             PREFIX + "runs_ended", "Runs ended, by outcome.", labels=["outcome"]
         )
-        by_outcome = dict.fromkeys(_RUN_OUTCOMES, 0)
+        by_outcome = dict.fromkeys(METRIC_RUN_OUTCOMES, 0)
         for outcome, count in stats.runs_ended.items():
-            key = _closed(outcome, _RUN_OUTCOMES)
+            key = _closed(outcome, METRIC_RUN_OUTCOMES)
             by_outcome[key] = by_outcome.get(key, 0) + count
         for outcome, count in by_outcome.items():
             ended.add_metric([outcome], count)
@@ -141,7 +144,7 @@ class EngineCollector(Collector):
         for (agent, status, code), count in stats.delegations_ended.items():
             labels = (
                 agent if agent in agents else METRIC_OTHER,
-                _closed(status, _STATUSES),
+                _closed(status, METRIC_STATUSES),
                 _closed(code, _ERROR_CODES),
             )
             merged[labels] = merged.get(labels, 0) + count
@@ -153,9 +156,9 @@ class EngineCollector(Collector):
             "Remote tasks the engine cancelled, by what the remote did.",
             labels=["outcome"],
         )
-        by_cancel = dict.fromkeys(_REMOTE_CANCELS, 0)
+        by_cancel = dict.fromkeys(METRIC_REMOTE_CANCELS, 0)
         for outcome, count in stats.remote_cancels.items():
-            key = _closed(outcome, _REMOTE_CANCELS)
+            key = _closed(outcome, METRIC_REMOTE_CANCELS)
             by_cancel[key] = by_cancel.get(key, 0) + count
         for outcome, count in by_cancel.items():
             cancels.add_metric([outcome], count)
