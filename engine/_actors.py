@@ -552,7 +552,6 @@ class RunActor:
         self._outcome_reason = ""
         self._outcome_code = ErrorCode.INTERNAL_ERROR  # the error code of a run.failed
         self._ended = False  # a run terminal was published (by finish()/fail() or closing)
-        self._ended_as: tuple[str, str | None] | None = None  # its kind and error code
         self._work: trio.Nursery | None = None
         self._active: dict[str, DelegationActor] = {}
         #: Ended delegations that kept artifact contents (`Run.artifact`), for the run's life.
@@ -603,7 +602,8 @@ class RunActor:
                             "run %s: the archive could not record its end: %r", self.run_id, exc
                         )
             if started is not None:
-                kind, code = self._ended_as or (self._outcome, None)
+                kind = self._outcome  # the end journaled (`_end`), which nothing changes after
+                code = self._outcome_code if kind == Kind.RUN_FAILED else None
                 duration = trio.current_time() - started
                 run_ended(
                     self.run_id, kind.removeprefix("run."), duration, len(self._results), code
@@ -628,7 +628,6 @@ class RunActor:
             await self.mailbox.flush()
             return
         self._ended = True
-        self._ended_as = (kind, self._outcome_code if kind == Kind.RUN_FAILED else None)
         error = None
         if kind == Kind.RUN_FAILED:
             error = DelegationError(code=self._outcome_code, message=reason or "run failed")
@@ -1486,8 +1485,9 @@ class Run:
             delegation.cancel("The run ended.")
         while actor._active:
             await next(iter(actor._active.values())).done.wait()
-        actor._outcome, actor._outcome_reason = kind, reason
-        actor._outcome_code = code
+        if not actor._ended:  # the first end stands: it is the one journaled
+            actor._outcome, actor._outcome_reason = kind, reason
+            actor._outcome_code = code
         await actor._end(kind, reason)
 
 

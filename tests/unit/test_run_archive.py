@@ -276,3 +276,16 @@ async def test_a_run_ended_by_the_parent_is_archived_with_that_outcome(
                 await run.finish("done")
         record = await archive.run(run.run_id)
     assert record is not None and record.outcome == outcome
+
+
+async def test_a_second_end_changes_neither_the_journal_nor_the_archive() -> None:
+    archive = MemoryRunArchive()
+    async with Engine([], archive=archive) as eng:
+        async with eng.open_run() as run:
+            await run.finish("done")
+            await run.fail("too late", ErrorCode.MODEL_UNAVAILABLE)
+            entries = await run.journal.store.read_after(0, 100)
+        record = await archive.run(run.run_id)
+    terminals = [e.event.kind for e in entries if e.event.kind in Kind.RUN_TERMINALS]
+    assert terminals == [Kind.RUN_FINISHED]
+    assert record is not None and record.outcome == Kind.RUN_FINISHED
