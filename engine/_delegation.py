@@ -409,27 +409,13 @@ class DelegationState:
         self._close_question(out, outcome)
         return out
 
-    def _close_question(
-        self,
-        out: list[DelegationEvent],
-        outcome: str,
-        *,
-        surface: str | None = None,
-        answered_by: str | None = None,
-    ) -> None:
-        closed = self.questions.close(
-            outcome, time=self._clock(), surface=surface, answered_by=answered_by
-        )
+    def _close_question(self, out: list[DelegationEvent], outcome: str) -> None:
+        """Close the open question, if any, with `outcome` (expired, withdrawn) and announce it
+        (after anything `take_answer` closed, which every caller announces first)."""
+        closed = self.questions.close(outcome, time=self._clock())
         if closed is not None:
-            out.append(
-                self._event(
-                    Kind.INPUT_CLOSED,
-                    None,
-                    status=outcome,
-                    text=closed.text,
-                    question=closed,
-                )
-            )
+            self._unannounced = closed
+            self._announce(out)
 
     def resume(self) -> None:
         """The input request was answered; the remote continues."""
