@@ -305,6 +305,7 @@ def test_any_sequence_renders_and_counts_the_subagents_started(
         for index, e in enumerate(sequence)
         if e.kind == Kind.NESTED_STARTED
         and e.nested_id
+        and e.delegation_id  # an event without one is the parent's, as for STARTED above
         and any(
             s.kind == Kind.STARTED and s.delegation_id == e.delegation_id for s in sequence[:index]
         )
