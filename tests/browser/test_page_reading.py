@@ -30,12 +30,11 @@ from urllib.parse import urlencode
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, sync_playwright
 
+from tests.helpers.chromium import CHROMIUM_ARGS, ensure_chromium
 from tests.helpers.processes import ready_server
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-sync"]
 DESKTOP = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 TIMEOUT_MS = 20_000
@@ -68,11 +67,10 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def context() -> Iterator[BrowserContext]:
-    if not os.access(CHROMIUM, os.X_OK):
-        pytest.skip(f"{CHROMIUM} is missing (test_page.py installs it: apt-get install chromium)")
+    chromium = ensure_chromium()
     with sync_playwright() as playwright:
         browser: Browser = playwright.chromium.launch(
-            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            executable_path=chromium, headless=True, args=CHROMIUM_ARGS
         )
         try:
             made = browser.new_context(viewport=DESKTOP)
