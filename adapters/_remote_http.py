@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 import attrs
 import httpx
 
-from engine import DelegationTask, RegistryError, RemoteTaskRef
+from engine import DelegationTask, RegistryError, RemoteTaskRef, outgoing_trace_headers
 
 __all__ = [
     "DEFAULT_MAX_FRAME_BYTES",
@@ -49,6 +49,7 @@ __all__ = [
     "OriginBoundAuth",
     "RemotePools",
     "ShardedTransport",
+    "add_trace_headers",
     "bound_response_frames",
     "credential_secrets",
     "http_pools",
@@ -392,6 +393,16 @@ class ShardedTransport(httpx.AsyncBaseTransport):
             await shard.transport.aclose()
 
 
+async def add_trace_headers(request: httpx.Request) -> None:
+    """Send the W3C `traceparent` / `tracestate` of the remote call the engine is making in
+    this task (`engine.outgoing_trace_headers`), so that the remote's spans join the trace; an
+    engine that does not trace sends none (https://www.w3.org/TR/trace-context/#traceparent-header).
+    """
+    headers = outgoing_trace_headers()
+    if headers:
+        request.headers.update(headers)
+
+
 def http_pools(
     home_url: str,
     *,
@@ -403,7 +414,8 @@ def http_pools(
     max_frame_bytes: int | None = None,
 ) -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
     """(the streaming pool, the control pool) of a remote target: the credential only for
-    `home_url`'s origin and `trusted_origins`, no redirects, reads without a timeout (streams
+    `home_url`'s origin and `trusted_origins`, the trace context of the engine's remote call
+    (`add_trace_headers`), no redirects, reads without a timeout (streams
     last as long as the task). Control calls (cancel, get, stop) get a pool of their own: queued
     behind a hundred open streams, a run's cancel cascade took ~30 ms longer (bench a2a). Both
     are `ShardedTransport`s without a connection cap: httpx's default cap of 100 connections
@@ -420,7 +432,7 @@ def http_pools(
     auth = OriginBoundAuth(auth_header, origins) if auth_header else None
     verify = httpx.create_ssl_context()
     proxied = bool(urllib.request.getproxies())
-    hooks: dict[str, list[Any]] = {}
+    hooks: dict[str, list[Any]] = {"request": [add_trace_headers]}
     if max_frame_bytes is not None:
         hooks["response"] = [
             functools.partial(bound_response_frames, max_frame_bytes=max_frame_bytes)

@@ -7,7 +7,8 @@ Embed it with `engine.open_run()` (a private engine for one run) or `Engine` (ma
         async for entry in run.events():
             ...
 
-Nothing in this package imports a protocol SDK or a web framework; adapters translate.
+Nothing in this package imports a protocol SDK or a web framework; adapters translate. Its spans
+use only the OpenTelemetry API (`engine._tracing`), recorded when the host gives a provider.
 """
 
 from engine._actors import DelegationActor, DelegationHandle, Engine, Run, RunActor, open_run
@@ -127,6 +128,7 @@ from engine._tool_input import (
     parse_tool_input,
     tool_input_schema,
 )
+from engine._tracing import SPAN_KINDS, Tracing, outgoing_trace_headers, parent_context
 from engine._wire import (
     WireError,
     event_from_json,
@@ -236,6 +238,10 @@ __all__ = [
     "TargetPrepareError",
     "TargetSession",
     "TargetUpdate",
+    "SPAN_KINDS",
+    "Tracing",
+    "outgoing_trace_headers",
+    "parent_context",
     "TOOL_INPUT_SCHEMA",
     "ToolInput",
     "WireError",

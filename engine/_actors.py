@@ -29,13 +29,15 @@ import logging
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import Any, Final
 
 import attrs
 import trio
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from engine._archive import RunArchive, RunRecord
 from engine._correlation import ParentToolCalls
@@ -76,6 +78,7 @@ from engine._targets import (
     TargetSession,
     TargetUpdate,
 )
+from engine._tracing import SPAN_KINDS, Tracing, parent_context
 
 __all__ = ["DelegationActor", "DelegationHandle", "Engine", "Run", "RunActor", "open_run"]
 
@@ -111,8 +114,12 @@ class Engine:
         store_factory: Callable[[str, EngineLimits], JournalStore] | None = None,
         endpoints: RunEndpointProvider | None = None,
         archive: RunArchive | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
     ) -> None:
         self.registry = registry if isinstance(registry, Registry) else Registry(registry)
+        #: Spans of runs, delegations and remote calls (`engine._tracing`), recorded through
+        #: `tracer_provider` (an OpenTelemetry SDK's, or the global one); None: not traced.
+        self.tracing = Tracing(tracer_provider)
         self.limits = limits or EngineLimits()
         self.clock = clock
         self.new_id = new_id
@@ -281,8 +288,15 @@ class Engine:
         thread_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         attributes: Mapping[str, str] | None = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> AsyncIterator[Run]:
         """Open a run; yields its `Run` handle.
+
+        When the engine traces (`tracer_provider`), the run's span continues the trace a W3C
+        `traceparent` (and `tracestate`) names, e.g. the headers of the request that asked for
+        the run; without one (or one that does not parse), the caller's current OpenTelemetry
+        span, if any, is its parent.
 
         Leaving the block ends the run: delegations still running are cancelled (their remote
         tasks too), the run's terminal event is journaled (`run.finished`, or `run.failed` if the
@@ -308,6 +322,10 @@ class Engine:
                 )
             )
         actor = RunActor(self, run_id, metadata or {}, thread_id=thread_id)
+        if self.tracing.enabled:
+            remote = parent_context(traceparent, tracestate)
+            actor.trace_parent = remote if remote is not None else otel_context.get_current()
+            actor.trace_remote = remote is not None
         self._runs[run_id] = actor
         await self._nursery.start(actor.run)
         if self.endpoints is not None:
@@ -357,7 +375,12 @@ class Engine:
             log.warning("run %s: closing its endpoint failed: %r", actor.run_id, exc)
 
     def _follow_up_cancel(
-        self, delegation_id: str, session: TargetSession, policy: DelegationPolicy
+        self,
+        delegation_id: str,
+        session: TargetSession,
+        policy: DelegationPolicy,
+        span: trace.Span = trace.INVALID_SPAN,
+        protocol: str = "",
     ) -> bool:
         """Keep cancelling a remote task whose cancel was not confirmed, after its delegation
         (and maybe its run) ended. Returns False if the engine cannot take it (closing, or the
@@ -367,12 +390,23 @@ class Engine:
         self.cancel_followups[delegation_id] = "retrying"
         self._follow_up_done[delegation_id] = trio.Event()
         self._nursery.start_soon(
-            self._retry_cancel, delegation_id, session, policy, name=f"cancel {delegation_id}"
+            self._retry_cancel,
+            delegation_id,
+            session,
+            policy,
+            span,
+            protocol,
+            name=f"cancel {delegation_id}",
         )
         return True
 
     async def _retry_cancel(
-        self, delegation_id: str, session: TargetSession, policy: DelegationPolicy
+        self,
+        delegation_id: str,
+        session: TargetSession,
+        policy: DelegationPolicy,
+        span: trace.Span = trace.INVALID_SPAN,
+        protocol: str = "",
     ) -> None:
         outcome = "abandoned"
         scope = trio.CancelScope()
@@ -381,10 +415,16 @@ class Engine:
             with scope, trio.move_on_after(policy.cancel_retry_window):
                 while True:
                     await trio.sleep(policy.cancel_timeout)
-                    with trio.move_on_after(policy.cancel_timeout):
+                    with (
+                        self.tracing.remote_call(
+                            span, protocol, "cancel", {"subagent.delegation_id": delegation_id}
+                        ) as call,
+                        trio.move_on_after(policy.cancel_timeout),
+                    ):
                         try:
                             if await session.cancel():
                                 outcome = "confirmed_late"
+                                call.set_attribute("subagent.cancel_confirmed", True)
                                 break
                         except Exception as exc:
                             log.debug("cancel retry for %s failed: %r", delegation_id, exc)
@@ -563,6 +603,11 @@ class RunActor:
         self._sequence = itertools.count(1)
         self.store_errors = 0
         self._unsaved_results: dict[str, DelegationResult] = {}
+        #: The run's span (`engine._tracing`; invalid when the engine does not trace), and the
+        #: context it continues (a remote's `traceparent`, or the opener's current span).
+        self.span: trace.Span = trace.INVALID_SPAN
+        self.trace_parent: otel_context.Context | None = None
+        self.trace_remote = False
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -574,6 +619,7 @@ class RunActor:
                 try:
                     await self.publish(self._event(Kind.RUN_STARTED, raw=self.metadata or None))
                     started = trio.current_time()
+                    self._start_span()
                     run_started(self.run_id, self.thread_id)
                     self.engine.stats.runs_started += 1
                     async with trio.open_nursery() as work:
@@ -609,8 +655,30 @@ class RunActor:
                     self.run_id, kind.removeprefix("run."), duration, len(self._results), code
                 )
                 self.engine.stats.run_ended(kind.removeprefix("run."))
+                self._end_span(kind, code)
             self.closed.set()
             self.engine._retire(self)
+
+    def _start_span(self) -> None:
+        tracing = self.engine.tracing
+        if not tracing.enabled:
+            return
+        self.span = tracing.start(
+            "subagent.run",
+            parent=self.trace_parent,
+            kind=trace.SpanKind.SERVER if self.trace_remote else trace.SpanKind.INTERNAL,
+            attributes={"subagent.run_id": self.run_id, "subagent.thread_id": self.thread_id},
+        )
+
+    def _end_span(self, kind: str, code: str | None) -> None:
+        if not self.span.is_recording():
+            return
+        self.span.set_attribute("subagent.outcome", kind.removeprefix("run."))
+        self.span.set_attribute("subagent.delegations", len(self._results))
+        if code is not None:
+            self.span.set_attribute("subagent.error_code", code)
+            self.span.set_status(trace.Status(trace.StatusCode.ERROR, code))
+        self.span.end()
 
     def request_close(
         self, outcome: str, reason: str = "", code: str = ErrorCode.INTERNAL_ERROR
@@ -733,6 +801,8 @@ class RunActor:
         except DelegationError as error:
             return self._refuse(delegation_id, request, error)
         actor = DelegationActor(self, spec, request, delegation_id)
+        if engine.tracing.enabled:  # started here: the asking tool call's scope is this task's
+            actor.span = self._delegation_span(actor.identity)
         self._active[delegation_id] = actor
         engine.active_delegations += 1
         self._work.start_soon(actor.run, name=f"delegation {delegation_id} ({spec.key})")
@@ -767,6 +837,9 @@ class RunActor:
         )
         delegation_ended(state.result, 0.0)
         self.engine.stats.delegation_ended(state.result)
+        tracing = self.engine.tracing
+        if tracing.enabled:
+            tracing.end_delegation(self._delegation_span(identity), state.result)
         done = trio.Event()
         if not self._ended:
             for event in events:
@@ -776,6 +849,24 @@ class RunActor:
                     break
         done.set()
         return DelegationHandle(delegation_id, done, self, None)
+
+    def _delegation_span(self, identity: DelegationIdentity) -> trace.Span:
+        """A delegation's span: a child of the traced scope it was asked for in (a tool call of
+        the run's endpoint, `Run.traced`), else of the run's span."""
+        tracing = self.engine.tracing
+        scope = tracing.current_scope()
+        return tracing.start(
+            f"subagent.delegation {identity.agent_key}",
+            parent=scope if scope is not None else self.span,
+            attributes={
+                "subagent.run_id": identity.run_id,
+                "subagent.delegation_id": identity.delegation_id,
+                "subagent.agent": identity.agent_key,
+                "subagent.protocol": identity.protocol,
+                "subagent.parent_tool_call_id": identity.parent_tool_call_id,
+                "subagent.model_tool_call_id": identity.model_tool_call_id,
+            },
+        )
 
     def record(self, result: DelegationResult) -> None:
         self._results[result.delegation_id] = result
@@ -873,6 +964,8 @@ class DelegationActor:
         self._handed_over = False  # the engine took over an unconfirmed cancel
         self._failure: DelegationError | None = None
         self._started = 0.0  # trio.current_time() when the actor began
+        #: The delegation's span (`engine._tracing`; invalid when the engine does not trace).
+        self.span: trace.Span = trace.INVALID_SPAN
         run.record(self.state.snapshot())
 
     # -- the mailbox ---------------------------------------------------------------------
@@ -1047,10 +1140,34 @@ class DelegationActor:
         # what it waits for (a terminal or an input request): a stream is left by cancellation,
         # never by abandoning an iterator (with a2a-sdk 1.3.0, leaving a stream with `break` leaves
         # the SDK's nested async generators unclosed; cancelling the scope closes them).
-        with trio.CancelScope() as scope:
-            self._session_scope = scope
-            await method(*args, self._on_update)
-        self._session_scope = None
+        tracing = self.run_actor.engine.tracing
+        if not tracing.enabled:
+            with trio.CancelScope() as scope:
+                self._session_scope = scope
+                await method(*args, self._on_update)
+            self._session_scope = None
+            return
+        with tracing.remote_call(
+            self.span, self.spec.protocol, method.__name__, self._call_attributes()
+        ) as span:
+            with trio.CancelScope() as scope:
+                self._session_scope = scope
+                await method(*args, self._on_update)
+            self._session_scope = None
+            span.set_attributes(self._call_attributes(ended=True))
+
+    def _call_attributes(self, *, ended: bool = False) -> dict[str, Any]:
+        """A remote call's protocol ids: the delegation, the remote task and context so far."""
+        state = self.state
+        values = {
+            "subagent.remote_task_id": state.remote_task_id,
+            "subagent.remote_context_id": state.remote_context_id,
+            "subagent.card_fingerprint": state.card_fingerprint,
+        }
+        if not ended:
+            values["subagent.delegation_id"] = self.delegation_id
+            values["subagent.agent"] = self.spec.key
+        return {key: value for key, value in values.items() if value}
 
     async def _on_update(self, update: TargetUpdate) -> None:
         if not isinstance(update, TargetUpdate):
@@ -1175,6 +1292,7 @@ class DelegationActor:
                 run.engine.stats.delegation_ended(state.result)
             run._delegation_ended(self)
             self._answers_in.close()
+            run.engine.tracing.end_delegation(self.span, state.result)
             self.done.set()
 
     async def _cancel_remote(self) -> str:
@@ -1185,17 +1303,25 @@ class DelegationActor:
         if not self.spec.target.capabilities.cancel:
             return RemoteCancel.UNSUPPORTED
         confirmed = False
-        with trio.move_on_after(self.policy.cancel_timeout):
-            try:
-                confirmed = await self._session.cancel()
-            except Exception:
-                confirmed = False
+        tracing = self.run_actor.engine.tracing
+        with tracing.remote_call(
+            self.span, self.spec.protocol, "cancel", self._call_attributes()
+        ) as span:
+            with trio.move_on_after(self.policy.cancel_timeout):
+                try:
+                    confirmed = await self._session.cancel()
+                except Exception:
+                    confirmed = False
+            if span.is_recording():
+                span.set_attribute("subagent.cancel_confirmed", confirmed)
         if confirmed:
             return RemoteCancel.CONFIRMED
         await self._publish(self.state.note_status("cancel_pending"))
         # The engine keeps trying after this delegation (and its run) ended.
         engine = self.run_actor.engine
-        self._handed_over = engine._follow_up_cancel(self.delegation_id, self._session, self.policy)
+        self._handed_over = engine._follow_up_cancel(
+            self.delegation_id, self._session, self.policy, self.span, self.spec.protocol
+        )
         return RemoteCancel.PENDING
 
 
@@ -1313,6 +1439,39 @@ class Run:
                     return paired
                 await actor.parent_calls_changed.wait()
         return actor.parent_calls.pair(arguments, exact=False)
+
+    @contextmanager
+    def traced(
+        self,
+        name: str,
+        *,
+        kind: str = "server",
+        attributes: Mapping[str, Any] | None = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+    ) -> Iterator[trace.Span]:
+        """A span for something an edge does for this run (a tool call of its endpoint, a
+        viewer's connection), ended on leaving the block and marked failed by an exception.
+        Delegations started inside the block (in this task) are its children. The span is a
+        child of the run's span, or, when the request named one (a W3C `traceparent`, e.g. in
+        an MCP tool call's `_meta`), of that remote parent, with a link to the run's span.
+        Yields an invalid span, and does nothing else, when the engine does not trace.
+        `kind`: a key of `engine._tracing.SPAN_KINDS`."""
+        actor = self._actor
+        tracing = actor.engine.tracing
+        if not tracing.enabled:
+            yield trace.INVALID_SPAN
+            return
+        remote = parent_context(traceparent, tracestate)
+        span = tracing.start(
+            name,
+            parent=remote if remote is not None else actor.span,
+            kind=SPAN_KINDS.get(kind, trace.SpanKind.INTERNAL),
+            attributes={"subagent.run_id": actor.run_id, **(attributes or {})},
+            links=(actor.span,) if remote is not None else (),
+        )
+        with tracing.scope(span):
+            yield span
 
     def count_tool_call(self, tool: str) -> None:
         """Count a call of the run's tool endpoint (`tool`: one of the names the endpoint lists;

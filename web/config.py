@@ -36,6 +36,13 @@ a variable that is not set is an error at start, not at the first delegation.
     token_env = "METRICS_TOKEN"   # a scrape needs this bearer token (required beyond loopback)
     listen = "127.0.0.1:9464"     # a listener of their own (default: the server's)
 
+    [telemetry]                   # all optional: traces over OTLP/HTTP (`web.telemetry`)
+    enabled = false               # off: no span is made and no traceparent is sent
+    endpoint = "http://127.0.0.1:4318/v1/traces"  # the collector's OTLP/HTTP traces URL
+    headers_env = "OTLP_HEADERS"  # a variable holding the collector's headers: "name=value,..."
+    service_name = "subagent-engine"
+    sample_ratio = 1.0            # share of new traces kept (a remote parent's choice is followed)
+
     [parent]
     kind = "scripted"             # scripted | claude-code (or its alias claude) | codex
     # for the CLIs: binary = "claude", model_endpoint = "http://127.0.0.1:8001",
@@ -119,6 +126,7 @@ __all__ = [
     "HostConfig",
     "LoggingEntry",
     "MetricsEntry",
+    "TelemetryEntry",
     "ParentEntry",
     "ServerEntry",
     "load_config",
@@ -305,6 +313,26 @@ class MetricsEntry:
         return host.strip("[]"), int(port)
 
 
+#: Where `[telemetry]` sends spans unless told otherwise: a collector on this machine, at the
+#: OTLP/HTTP default port and path (https://opentelemetry.io/docs/specs/otlp/#otlphttp-request).
+DEFAULT_OTLP_ENDPOINT: Final = "http://127.0.0.1:4318/v1/traces"
+
+
+@attrs.frozen
+class TelemetryEntry:
+    """`[telemetry]`: OpenTelemetry traces exported over OTLP/HTTP (`web.telemetry`)."""
+
+    enabled: bool = False
+    #: The collector's OTLP/HTTP traces URL (https://opentelemetry.io/docs/specs/otlp/#otlphttp).
+    endpoint: str = "http://127.0.0.1:4318/v1/traces"  # DEFAULT_OTLP_ENDPOINT
+    #: The variable holding headers for the collector (`name=value,...`, e.g. its API key).
+    headers_env: str | None = None
+    #: The `service.name` resource attribute of every span.
+    service_name: str = "subagent-engine"
+    #: The share of new traces recorded (0..1); a remote parent's sampling decision is followed.
+    sample_ratio: float = 1.0
+
+
 #: Where runs are kept: `StoreEntry.kind`.
 STORE_KINDS: Final = ("sqlite", "memory", "redis")
 
@@ -417,6 +445,7 @@ class HostConfig:
     store: StoreEntry = attrs.field(factory=StoreEntry)
     logging: LoggingEntry = attrs.field(factory=LoggingEntry)
     metrics: MetricsEntry = attrs.field(factory=MetricsEntry)
+    telemetry: TelemetryEntry = attrs.field(factory=TelemetryEntry)
     _lines: Mapping[tuple[Any, ...], int] = attrs.field(factory=dict, repr=False, eq=False)
 
     @property
@@ -706,7 +735,16 @@ class _Reader:
         return tuple(values)
 
     def host(self, document: dict[str, Any]) -> HostConfig:
-        known = {"server", "parent", "agents", "limits", "store", "logging", "metrics"}
+        known = {
+            "server",
+            "parent",
+            "agents",
+            "limits",
+            "store",
+            "logging",
+            "metrics",
+            "telemetry",
+        }
         top = self.table(document, (), known)
         agents = self.get(top, (), "agents", list, [])
         entries = tuple(self.agent(value, ("agents", i)) for i, value in enumerate(agents))
@@ -737,6 +775,7 @@ class _Reader:
             store=self.store(top.get("store", {})),
             logging=self.logging(top.get("logging", {})),
             metrics=self.metrics(top.get("metrics", {}), server),
+            telemetry=self.telemetry(top.get("telemetry", {})),
             lines=dict(self.lines),
         )
 
@@ -814,6 +853,22 @@ class _Reader:
                 '[metrics] token_env = "NAME" or listen on 127.0.0.1',
             )
         return entry
+
+    def telemetry(self, value: Any) -> TelemetryEntry:
+        path: _Path = ("telemetry",)
+        known = {"enabled", "endpoint", "headers_env", "service_name", "sample_ratio"}
+        table = self.table(value, path, known)
+        return TelemetryEntry(
+            enabled=self.get(table, path, "enabled", bool, False),
+            endpoint=self.get(table, path, "endpoint", str, DEFAULT_OTLP_ENDPOINT, check=_otlp_url),
+            headers_env=self.get(table, path, "headers_env", str, check=_env_name),
+            service_name=self.get(
+                table, path, "service_name", str, "subagent-engine", check=_service_name
+            ),
+            sample_ratio=float(
+                self.get(table, path, "sample_ratio", (int, float), 1.0, check=_ratio)
+            ),
+        )
 
     def store(self, value: Any) -> StoreEntry:
         path: _Path = ("store",)
@@ -1103,6 +1158,23 @@ def _parent_kind(value: str) -> str | None:
 
 def _http_url(value: str) -> str | None:
     return None if re.match(r"^https?://[^\s/]+", value) else "must be an http(s) URL"
+
+
+def _otlp_url(value: str) -> str | None:
+    problem = _http_url(value)
+    if problem is None and "@" in value.split("/", 3)[2]:
+        return "holds credentials: put them in a variable named by headers_env"
+    return problem
+
+
+def _ratio(value: float) -> str | None:
+    return None if 0 <= value <= 1 else "must be between 0 and 1"
+
+
+def _service_name(value: str) -> str | None:
+    if not value.strip() or len(value) > 200 or not value.isprintable():
+        return "must be a printable name of at most 200 characters"
+    return None
 
 
 def _redis_url(value: str) -> str | None:

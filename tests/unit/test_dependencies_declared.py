@@ -74,7 +74,9 @@ def imported_modules(
                 if isinstance(node, ast.Import):
                     modules = [alias.name for alias in node.names]
                 elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                    modules = [node.module]
+                    # `from opentelemetry import trace`: the name may be a module of a
+                    # namespace package that several distributions share.
+                    modules = [f"{node.module}.{alias.name}" for alias in node.names]
                 else:
                     continue
                 for module in modules:

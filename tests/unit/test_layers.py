@@ -123,3 +123,26 @@ def test_a_cycle_is_found_through_a_function_level_import() -> None:
         ["adapters.a2a", "adapters.a2a._target"],
         ["web.config", "web.server"],
     ]
+
+
+def test_the_engine_traces_through_the_opentelemetry_api_only() -> None:
+    """The host picks the SDK and the exporter (`web.telemetry` for the bundled server); the
+    engine names only the API, which records nothing until a provider is given."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "engine"
+    used = set()
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:
+                continue
+            used.update(name for name in names if name.split(".")[0] == "opentelemetry")
+    assert used, "the engine's spans are made through opentelemetry's API"
+    assert not {
+        name for name in used if name.startswith(("opentelemetry.sdk", "opentelemetry.exporter"))
+    }
