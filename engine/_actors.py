@@ -538,8 +538,11 @@ async def open_run(
     metadata: Mapping[str, Any] | None = None,
     clock: Callable[[], float] = time.time,
     endpoints: RunEndpointProvider | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
+    traceparent: str | None = None,
 ) -> AsyncIterator[Run]:
     """Open a private `Engine` for one run and yield the run's handle (the embedding shortcut).
+    With `tracer_provider` the run is traced (`Engine`), continuing `traceparent` if given.
 
     Sticky remote contexts across runs (`sticky_per_parent_thread_agent`) need a long-lived
     `Engine`; with this shortcut each run has its own.
@@ -550,8 +553,14 @@ async def open_run(
     ```
     """
     async with (
-        Engine(agents, limits=limits, clock=clock, endpoints=endpoints) as eng,
-        eng.open_run(run_id=run_id, metadata=metadata) as run,
+        Engine(
+            agents,
+            limits=limits,
+            clock=clock,
+            endpoints=endpoints,
+            tracer_provider=tracer_provider,
+        ) as eng,
+        eng.open_run(run_id=run_id, metadata=metadata, traceparent=traceparent) as run,
     ):
         yield run
 

@@ -312,3 +312,28 @@ def test_a_crash_fails_the_command_and_keeps_the_input(
     assert kept.read_bytes().startswith(b"boom")
     assert "ValueError: a planted bug" in done.stdout
     assert "fuzz: 1 harnesses, 1 failed" in done.stdout
+
+
+def test_trace_context_harness_fails_on_a_parent_it_did_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fuzz.fuzz_trace_context as harness
+    from engine import parent_context
+
+    other = parent_context("00-" + "1" * 32 + "-" + "2" * 16 + "-01")
+    monkeypatch.setattr(harness, "parent_context", lambda parent, state: other)
+    with pytest.raises(AssertionError):
+        harness.fuzz_one_input(harness.SEEDS[0])
+
+
+def test_trace_context_harness_fails_when_a_header_value_leaks_into_an_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import fuzz.fuzz_trace_context as harness
+
+    def leaky(text: str) -> dict[str, str]:
+        raise ValueError(f"bad: {text}")
+
+    monkeypatch.setattr(harness, "collector_headers", leaky)
+    with pytest.raises(AssertionError, match="leaked"):
+        harness.fuzz_one_input(b"authorization=Bearer%20secret")

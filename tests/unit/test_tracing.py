@@ -293,3 +293,18 @@ async def test_an_update_kind_the_engine_knows_reaches_the_span_as_the_call_ends
 def test_tracing_off_is_the_default() -> None:
     assert not Tracing().enabled
     assert Tracing().start("x") is trace.INVALID_SPAN
+
+
+async def test_the_embedding_shortcut_traces_when_given_a_provider(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    from engine import open_run
+
+    target = ScriptedTarget(start=[[started(), finished("ok")]])
+    async with open_run(
+        [spec(target, key="research")], tracer_provider=provider, traceparent=REMOTE_PARENT
+    ) as run:
+        await run.delegate(request("research"))
+    spans = exporter.get_finished_spans()
+    assert {format(trace_id(s), "032x") for s in spans} == {REMOTE_TRACE}
+    assert len(spans) == 3
