@@ -34,6 +34,10 @@ from hypothesis import event as note_event
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
 from adapters.inprocess import InProcessTarget, LocalTask
 from engine import VOLATILE as VOLATILE_LANE
@@ -178,6 +182,9 @@ class TrioLoop:
         self.token: trio.lowlevel.TrioToken | None = None
         self.alive_after_close: list[str] | None = None
         self.spawned: list[str] = []
+        self.spans = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.spans))
         self.thread = threading.Thread(target=self._thread_main, name="trio-loop", daemon=True)
         self.thread.start()
         if not self.ready.wait(timeout=30):
@@ -201,7 +208,7 @@ class TrioLoop:
         self.finish = trio.Event()
         spec = AgentSpec(key="agent", target=InProcessTarget(self.world.agent), policy=POLICY)
         try:
-            async with Engine([spec], limits=LIMITS) as eng:
+            async with Engine([spec], limits=LIMITS, tracer_provider=self.tracer_provider) as eng:
                 self.engine = eng
                 tracker.start()
                 try:
@@ -558,6 +565,40 @@ class ActorTreeMachine(RuleBasedStateMachine):
 
         for reader in self.readers:
             self._check_reader(reader, journal)
+        self._check_spans(results)
+
+    def _check_spans(self, results: list[DelegationResult]) -> None:
+        """One trace: one run span; one delegation span per delegation (refused ones too)
+        beneath it, saying how its result ended; every remote call beneath its delegation."""
+        spans = self.loop.spans.get_finished_spans()
+        assert len({s.context.trace_id for s in spans if s.context is not None}) == 1
+        (run_span,) = [s for s in spans if s.name == "subagent.run"]
+        assert run_span.context is not None
+        outcome = "cancelled" if self.run_cancelled else "finished"
+        assert dict(run_span.attributes or {})["subagent.outcome"] == outcome
+        delegations = {
+            str(dict(s.attributes or {})["subagent.delegation_id"]): s
+            for s in spans
+            if s.name.startswith("subagent.delegation ")
+        }
+        assert len(delegations) == len([s for s in spans if s.name.startswith("subagent.dele")])
+        assert set(delegations) == {r.delegation_id for r in results}
+        delegation_span_ids = set()
+        for result in results:
+            span = delegations[result.delegation_id]
+            assert span.parent is not None and span.parent.span_id == run_span.context.span_id
+            attributes = dict(span.attributes or {})
+            assert attributes["subagent.status"] == result.status
+            assert attributes.get("subagent.error_code") == (
+                result.error.code if result.error is not None else None
+            )
+            assert span.context is not None
+            delegation_span_ids.add(span.context.span_id)
+        for span in spans:
+            if span.name == "subagent.run" or span.name.startswith("subagent.delegation "):
+                continue
+            assert span.kind == SpanKind.CLIENT, span.name
+            assert span.parent is not None and span.parent.span_id in delegation_span_ids
 
     def _check_outcome(self, did: str, result: DelegationResult) -> None:
         """A delegation nobody cancelled ends the way its agent chose (or is cancelled at close)."""
