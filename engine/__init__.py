@@ -96,6 +96,7 @@ from engine._stats import DELEGATION_STATUSES as METRIC_STATUSES
 from engine._stats import ERROR_CODES as METRIC_ERROR_CODES
 from engine._stats import NONE as METRIC_NONE
 from engine._stats import OTHER as METRIC_OTHER
+from engine._stats import RECOVERY_REASONS as METRIC_RECOVERY_REASONS
 from engine._stats import REMOTE_CANCELS as METRIC_REMOTE_CANCELS
 from engine._stats import RUN_OUTCOMES as METRIC_RUN_OUTCOMES
 from engine._stats import EngineStatistics
@@ -128,7 +129,13 @@ from engine._tool_input import (
     parse_tool_input,
     tool_input_schema,
 )
-from engine._tracing import SPAN_KINDS, Tracing, outgoing_trace_headers, parent_context
+from engine._tracing import (
+    SPAN_KINDS,
+    Tracing,
+    note_remote_method,
+    outgoing_trace_headers,
+    parent_context,
+)
 from engine._wire import (
     WireError,
     event_from_json,
@@ -208,6 +215,7 @@ __all__ = [
     "METRIC_ERROR_CODES",
     "METRIC_NONE",
     "METRIC_OTHER",
+    "METRIC_RECOVERY_REASONS",
     "METRIC_REMOTE_CANCELS",
     "METRIC_RUN_OUTCOMES",
     "METRIC_STATUSES",
@@ -240,6 +248,7 @@ __all__ = [
     "TargetUpdate",
     "SPAN_KINDS",
     "Tracing",
+    "note_remote_method",
     "outgoing_trace_headers",
     "parent_context",
     "TOOL_INPUT_SCHEMA",

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "SPAN_KINDS",
     "Tracing",
+    "note_remote_method",
     "outgoing_trace_headers",
     "parent_context",
 ]
@@ -67,6 +68,10 @@ _NONE: Final[Mapping[str, str]] = MappingProxyType({})
 _OUTGOING: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
     "subagent_engine_outgoing_trace", default=_NONE
 )
+#: The span of the remote call this task is making, if it is recorded.
+_CALL: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar(
+    "subagent_engine_remote_call", default=None
+)
 #: The span a delegation started in this task is a child of (`Run.traced`), if any.
 _SCOPE: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar(
     "subagent_engine_trace_scope", default=None
@@ -77,6 +82,19 @@ def outgoing_trace_headers() -> Mapping[str, str]:
     """The `traceparent` (and `tracestate`) of the remote call this task is making, for an
     adapter to send with its request; empty when the engine does not trace."""
     return _OUTGOING.get()
+
+
+def note_remote_method(system: str, method: str) -> None:
+    """Name the protocol method an adapter is calling within the engine's remote call (A2A's
+    `SendStreamingMessage`, `CancelTask`, ...): the call's span takes the first as `rpc.system`
+    / `rpc.method` (https://opentelemetry.io/docs/specs/semconv/rpc/rpc-spans/) and records each
+    as an event, so a cancel that falls back to `GetTask` shows both. No-op when not traced."""
+    span = _CALL.get()
+    if span is None:
+        return
+    if "rpc.method" not in (getattr(span, "attributes", None) or {}):
+        span.set_attributes({"rpc.system": system, "rpc.method": method})
+    span.add_event(method)
 
 
 def parent_context(
@@ -172,6 +190,7 @@ class Tracing:
             | dict(attributes),
         )
         headers = _OUTGOING.set(_headers_of(span))
+        call = _CALL.set(span if span.is_recording() else None)
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
             yield span
@@ -180,6 +199,7 @@ class Tracing:
             raise
         finally:
             otel_context.detach(token)
+            _CALL.reset(call)
             _OUTGOING.reset(headers)
             span.end()
 

@@ -90,6 +90,7 @@ from engine import (
     RemoteTaskRef,
     TargetCapabilities,
     TargetUpdate,
+    note_remote_method,
 )
 
 __all__ = ["AGENT_PROTOCOL", "A2AAgentConfig", "A2ATarget"]
@@ -390,6 +391,7 @@ class A2ATarget:
         too_large = False
         async with closing_abandoned_generators():
             try:
+                note_remote_method("a2a", "CancelTask")
                 task = await client.cancel_task(request, context=context)
                 return task.status.state in _TERMINAL_STATES
             except FrameTooLargeError:
@@ -398,6 +400,7 @@ class A2ATarget:
                 pass
             if not too_large:
                 try:
+                    note_remote_method("a2a", "GetTask")
                     task = await client.get_task(
                         GetTaskRequest(tenant=tenant, id=task_id), context=context
                     )
@@ -428,6 +431,7 @@ class A2ATarget:
             )
             try:
                 async with closing_abandoned_generators():
+                    note_remote_method("a2a", "ListTasks")
                     page = await client.list_tasks(request, context=context)
             except (A2AError, httpx.HTTPError, FrameTooLargeError, *_UNREADABLE):
                 return None
@@ -694,6 +698,7 @@ class _A2ASession:
         client = self._target._client(stream)
         if self.task_id is None:
             self._new_task_message_id = message.message_id
+        note_remote_method("a2a", "SendStreamingMessage" if stream else "SendMessage")
         try:
             await self._relay(client.send_message(request, context=self._context()), emit)
         except FrameTooLargeError as exc:
@@ -732,6 +737,7 @@ class _A2ASession:
             )
         client = self._target._client(True)
         request = SubscribeToTaskRequest(tenant=self._target.config.tenant or "", id=task_id)
+        note_remote_method("a2a", "SubscribeToTask")
         try:
             await self._relay(client.subscribe(request, context=self._context()), emit)
         except FrameTooLargeError as exc:
@@ -760,6 +766,7 @@ class _A2ASession:
             raise DelegationError(code=ErrorCode.STREAM_INTERRUPTED, message="No task to poll.")
         client = self._target._client(False, control=True)
         request = GetTaskRequest(tenant=self._target.config.tenant or "", id=task_id)
+        note_remote_method("a2a", "GetTask")
         try:
             async with closing_abandoned_generators():
                 task = await client.get_task(request, context=self._context())
@@ -830,6 +837,7 @@ class _A2ASession:
                 )
                 try:
                     async with closing_abandoned_generators():
+                        note_remote_method("a2a", "ListTasks")
                         page = await client.list_tasks(request, context=self._context())
                 except (UnsupportedOperationError, MethodNotFoundError):
                     target.can_list_tasks = False

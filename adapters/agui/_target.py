@@ -71,6 +71,7 @@ from engine import (
     RemoteTaskRef,
     TargetCapabilities,
     TargetUpdate,
+    note_remote_method,
 )
 
 __all__ = ["AGENT_PROTOCOL", "AguiAgentConfig", "AguiTarget"]
@@ -220,6 +221,7 @@ class AguiTarget:
         try:
             # Only the status counts: the answer's body is never read (a remote could make it
             # any size); leaving the block closes the response unread.
+            note_remote_method("agui", "stop")
             async with self._pools.control.stream(
                 "POST", url, json={**body, **fields}, headers=dict(headers)
             ) as response:
@@ -345,6 +347,7 @@ class _AguiSession:
         target = self._target
         # From here the remote may hold a run, even if we are cancelled before its answer.
         self._sent = True
+        note_remote_method("agui", "RunAgent")
         try:
             async with target._pools.streams.stream(
                 "POST", target.config.url, json=body, headers=self._headers()

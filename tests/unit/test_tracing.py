@@ -308,3 +308,35 @@ async def test_the_embedding_shortcut_traces_when_given_a_provider(
     spans = exporter.get_finished_spans()
     assert {format(trace_id(s), "032x") for s in spans} == {REMOTE_TRACE}
     assert len(spans) == 3
+
+
+async def test_an_adapter_names_the_protocol_methods_a_remote_call_used(
+    provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    from engine import note_remote_method
+
+    class Naming(ScriptedTarget):
+        def open_session(self, task: Any, nursery: trio.Nursery) -> Any:
+            session = super().open_session(task, nursery)
+            play = session.start
+
+            async def start(emit: Any) -> None:
+                note_remote_method("a2a", "CancelTask")
+                note_remote_method("a2a", "GetTask")
+                await play(emit)
+
+            start.__name__ = "start"
+            session.start = start  # type: ignore[method-assign]
+            return session
+
+    note_remote_method("a2a", "outside any call")  # nothing to name: a no-op
+    engine = Engine(
+        [spec(Naming(start=[[started(), finished("ok")]]), key="research")],
+        tracer_provider=provider,
+    )
+    async with engine, engine.open_run() as run:
+        await run.delegate(request("research"))
+    call = next(s for s in exporter.get_finished_spans() if s.name.endswith(" start"))
+    attributes = dict(call.attributes or {})
+    assert (attributes["rpc.system"], attributes["rpc.method"]) == ("a2a", "CancelTask")
+    assert [event.name for event in call.events] == ["CancelTask", "GetTask"]
