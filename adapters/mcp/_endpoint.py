@@ -65,6 +65,13 @@ a failed elicitation goes to the agent's `on_elicitation_declined` (fail the del
 `input_required` for the parent model, or wait for another surface); an answer that does not
 match the question's schema is asked again, at most `MAX_ASKS` times in all.
 
+Traces. When the engine traces, each `tools/call` (both protocol generations, a 2026-07-28
+retry included) is a server span of the run (`Run.traced`, named `tools/call <tool>` with the
+attributes of https://opentelemetry.io/docs/specs/semconv/gen-ai/mcp/), around the whole call,
+so the delegation it starts is its child. A W3C `traceparent` (and `tracestate`) in the call's
+`_meta` makes the span continue the client's trace (linked to the run's); a value that is not a
+string, is too long or does not parse is ignored. An error result marks the span failed.
+
 The token never appears in a prompt, an event, a result or a log line (Hypercorn's access log is
 off; refusals say why without echoing what was sent).
 """
@@ -95,6 +102,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from opentelemetry import trace
 
 from adapters.listener import (
     ListenerLimits,
@@ -125,6 +133,7 @@ from adapters.mcp._tools import (
     AgentSummary,
     OutputRead,
     list_tools,
+    parent_tool_call_id,
     read_call,
     read_output_call,
     read_output_uri,
@@ -174,6 +183,8 @@ DEFAULT_MAX_BODY_BYTES: Final = 4 * 1024 * 1024
 _RUN_PATH: Final = re.compile(r"^/runs/([A-Za-z0-9_.:-]{1,128})/mcp/?$")
 _SCOPE_RUN: Final = "subagent_engine.run_id"
 _SCOPE_CALLS: Final = "subagent_engine.calls"
+#: The longest client-chosen id (JSON-RPC request id, error code) a tool call's span records.
+_MAX_TRACED_ID: Final = 128
 #: What a session's streams raise into a request being handled when the session is torn down
 #: (DELETE, idle timeout, shutdown): anyio's (the SDK's streams) and trio's.
 _TEARDOWN_ERRORS: Final = (
@@ -661,7 +672,32 @@ class DelegationEndpoint:
                 tool=params.name,
             )
         run = slot.run
-        run.count_tool_call(self._tool_label(params.name))
+        tool = self._tool_label(params.name)
+        run.count_tool_call(tool)
+        meta = params.meta if isinstance(params.meta, dict) else {}
+        traceparent, tracestate = meta.get("traceparent"), meta.get("tracestate")
+        with run.traced(
+            f"tools/call {tool}",
+            kind="server",
+            attributes={
+                "mcp.method.name": "tools/call",
+                "mcp.protocol.version": ctx.protocol_version,
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.id": parent_tool_call_id(meta),
+                "jsonrpc.request.id": _request_id(ctx.request_id),
+            },
+            traceparent=traceparent if isinstance(traceparent, str) else None,
+            tracestate=tracestate if isinstance(tracestate, str) else None,
+        ) as span:
+            result = await self._handle_tool_call(ctx, run, params)
+            if span.is_recording() and isinstance(result, types.CallToolResult):
+                _trace_tool_result(span, result)
+            return result
+
+    async def _handle_tool_call(
+        self, ctx: Any, run: Run, params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
         if params.request_state is not None:
             return await self._resume_round(ctx, run, params)
         if params.name == ASK_TOOL and self.requester is not None:
@@ -1330,6 +1366,26 @@ class _ProgressSummary:
         if self.tool_calls:
             parts.append(f"{self.tool_calls} tool call{'s' if self.tool_calls != 1 else ''}")
         return ", ".join(parts)
+
+
+def _request_id(request_id: Any) -> str | None:
+    """A JSON-RPC request id as a span attribute (a client chooses it: bounded)."""
+    if request_id is None:
+        return None
+    return str(request_id)[:_MAX_TRACED_ID]
+
+
+def _trace_tool_result(span: trace.Span, result: types.CallToolResult) -> None:
+    """Mark a tool call's span failed when its result is an error result (`isError`), with the
+    engine's error code as `error.type` (https://opentelemetry.io/docs/specs/semconv/gen-ai/mcp/)."""
+    if not result.is_error:
+        return
+    structured = result.structured_content or {}
+    error = structured.get("error") if isinstance(structured, dict) else None
+    code = error.get("code") if isinstance(error, dict) else None
+    error_type = code[:_MAX_TRACED_ID] if isinstance(code, str) and code else "tool_error"
+    span.set_attribute("error.type", error_type)
+    span.set_status(trace.Status(trace.StatusCode.ERROR, error_type))
 
 
 def _no_answer(error: RequesterError) -> types.CallToolResult:
