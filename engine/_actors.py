@@ -165,6 +165,7 @@ class Engine:
                     reason=ErrorCode.INTERRUPTED,
                     message="The process serving this run stopped before the run ended.",
                 )
+                self.stats.recovered(self.recovered)
         except BaseException:
             await self._close_targets()
             raise
@@ -495,7 +496,8 @@ class Engine:
             return record, reopened  # live on another node: read fresh each time
         self._reopened[run_id] = (record, reopened)
         while len(self._reopened) > max(self.limits.retained_closed_runs, 1):
-            self._reopened.popitem(last=False)
+            _, (_, evicted) = self._reopened.popitem(last=False)
+            self.stats.journal_evicted(evicted)
         return record, reopened
 
     async def find_results(self, run_id: str) -> list[DelegationResult]:
@@ -523,7 +525,10 @@ class Engine:
             runs_active=len(self._runs),
             delegations_active=self.active_delegations,
             open_journals=[actor.journal for actor in self._runs.values()],
-            closed_journals=[actor.journal for actor in self._closed_runs.values()],
+            closed_journals=[
+                *(actor.journal for actor in self._closed_runs.values()),
+                *(journal for _, journal in self._reopened.values()),
+            ],
         )
         live_errors = sum(actor.store_errors for actor in self._runs.values())
         return attrs.evolve(reading, store_errors=reading.store_errors + live_errors)

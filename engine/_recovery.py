@@ -57,12 +57,14 @@ class RecoveredDelegation:
 
 @attrs.frozen
 class RecoveredRun:
-    """A run recovery ended (`terminal_cursor`: where its run terminal is)."""
+    """A run recovery ended (`terminal_cursor`: where its run terminal is, `terminal`: its
+    kind, `run.failed` unless the dead process had journaled another before it stopped)."""
 
     run_id: str
     code: str
     terminal_cursor: int
     delegations: tuple[RecoveredDelegation, ...] = ()
+    terminal: str = Kind.RUN_FAILED
 
 
 async def recover_runs(
@@ -147,7 +149,7 @@ async def recover_run(
         after = entries[-1].cursor
     if run_terminal is not None:
         await archive.close_run(run_id, run_terminal, clock())
-        return RecoveredRun(run_id, reason, head)
+        return RecoveredRun(run_id, reason, head, terminal=run_terminal)
 
     audits = {audit.delegation_id: audit for audit in await archive.audits(run_id)}
     outcomes: dict[str, str] = {}

@@ -3,12 +3,15 @@
 This module owns `EngineStats`: plain integers the engine bumps where a run or a delegation
 starts and ends (the same places as its log lines, `engine._oplog`), and `EngineStatistics`, a
 snapshot that also sums what the open runs' journals and viewer buffers hold, computed only when
-asked (a scrape), so that nothing on the hot path of events pays for it.
+asked (a scrape), so that nothing on the hot path of events pays for it. Runs that recovery ended
+(`engine._recovery`: a dead process left them live) are counted apart from the runs this engine
+ran (`runs_recovered`), so `runs_started` and `runs_ended` still balance.
 
 Every label value kept here comes from a closed set: an agent key that is not in the engine's
 registry (a parent may ask for any name; it is refused) is counted as `OTHER`, as is a status,
 an error code or a remote-cancel outcome outside the engine's own (`Status`, `ErrorCode`,
-`RemoteCancel`). A remote's or a parent's text can never grow the number of series.
+`RemoteCancel`), as is a recovery reason other than `RECOVERY_REASONS`. A remote's or a parent's
+text can never grow the number of series.
 """
 
 from __future__ import annotations
@@ -24,12 +27,14 @@ from engine._results import DelegationResult, ErrorCode, RemoteCancel, Status
 
 if TYPE_CHECKING:
     from engine._journal import RunJournal
+    from engine._recovery import RecoveredRun
 
 __all__ = [
     "DELEGATION_STATUSES",
     "ERROR_CODES",
     "NONE",
     "OTHER",
+    "RECOVERY_REASONS",
     "REMOTE_CANCELS",
     "RUN_OUTCOMES",
     "EngineStatistics",
@@ -55,6 +60,9 @@ REMOTE_CANCELS: Final = (RemoteCancel.CONFIRMED, RemoteCancel.PENDING, RemoteCan
 RUN_OUTCOMES: Final = tuple(
     kind.removeprefix("run.") for kind in (Kind.RUN_FINISHED, Kind.RUN_FAILED, Kind.RUN_CANCELLED)
 )
+#: Why recovery ended a run: its process stopped (found at the next start), or its server node
+#: lost its lease (found by another node).
+RECOVERY_REASONS: Final = (ErrorCode.INTERRUPTED, ErrorCode.NODE_LOST)
 
 
 def closed(value: str | None, allowed: Iterable[str], none: str = NONE) -> str:
@@ -77,6 +85,8 @@ class EngineStats:
         self.delegations_ended: Counter[tuple[str, str, str]] = Counter()
         #: Remote-cancel outcome (`RemoteCancel`) -> delegations whose remote was cancelled so.
         self.remote_cancels: Counter[str] = Counter()
+        #: (recovery reason, run outcome) -> runs a dead process left live that recovery ended.
+        self.runs_recovered: Counter[tuple[str, str]] = Counter()
         #: Batches written to runs' journal stores, and writes that failed.
         self.store_appends = 0
         self.store_errors = 0
@@ -104,6 +114,17 @@ class EngineStats:
         self.delegations_ended[agent, status, code] += 1
         if result.remote_cancel is not None and result.remote_cancel != RemoteCancel.NOT_NEEDED:
             self.remote_cancels[closed(result.remote_cancel, REMOTE_CANCELS)] += 1
+
+    def recovered(self, runs: Iterable[RecoveredRun]) -> None:
+        """Recovery ended `runs` (`engine._recovery`): each run by its reason and outcome, and
+        the cancels of their open delegations' remote tasks with the engine's own."""
+        for run in runs:
+            reason = closed(run.code, RECOVERY_REASONS)
+            outcome = closed(run.terminal.removeprefix("run."), RUN_OUTCOMES)
+            self.runs_recovered[reason, outcome] += 1
+            for delegation in run.delegations:
+                if delegation.remote_cancel != RemoteCancel.NOT_NEEDED:
+                    self.remote_cancels[closed(delegation.remote_cancel, REMOTE_CANCELS)] += 1
 
     def run_retired(self, journal: RunJournal) -> None:
         """A run closed: its journal takes no more events."""
@@ -140,6 +161,7 @@ class EngineStats:
             delegations_active=delegations_active,
             delegations_ended=dict(self.delegations_ended),
             remote_cancels=dict(self.remote_cancels),
+            runs_recovered=dict(self.runs_recovered),
             journal_events=events,
             journal_gaps=gaps,
             journal_folds=folds,
@@ -185,3 +207,5 @@ class EngineStatistics:
     store_errors: int
     #: Calls of the run endpoints' tools, by tool name (names the endpoint lists, or OTHER).
     tool_calls: dict[str, int] = attrs.field(factory=dict)
+    #: (recovery reason, run outcome) -> runs a dead process left live that recovery ended.
+    runs_recovered: dict[tuple[str, str], int] = attrs.field(factory=dict)

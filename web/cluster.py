@@ -110,6 +110,7 @@ async def _watch_lost_nodes(host: NodeHost, archive: SharedRunArchive) -> None:
                     node=node,
                     policy=engine.retention_policy,
                 )
+                engine.stats.recovered(ended)
                 log.warning("node %s lost its lease: ended its %d live run(s)", node, len(ended))
         except OSError as exc:
             unleased.clear()  # the series of looks is broken: start it again

@@ -9,9 +9,10 @@ built only when `[metrics] enabled` is set: off, `/metrics` is 404 and nothing i
 beyond the engine's own plain counters.
 
 Label values come only from closed sets: agent keys from the host's registry, statuses, error
-codes, run outcomes and remote-cancel outcomes from the engine's own enumerations, transports
-from this module (`sse`, `ws`). Anything else (a name a parent asked for, a code nobody
-defined) is `other`: nothing a request or a remote sends becomes a label value.
+codes, run outcomes, recovery reasons and remote-cancel outcomes from the engine's own
+enumerations, transports from this module (`sse`, `ws`). Anything else (a name a parent asked
+for, a code nobody defined) is `other`: nothing a request or a remote sends becomes a label
+value.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from engine import (
     METRIC_ERROR_CODES,
     METRIC_NONE,
     METRIC_OTHER,
+    METRIC_RECOVERY_REASONS,
     METRIC_REMOTE_CANCELS,
     METRIC_RUN_OUTCOMES,
     METRIC_STATUSES,
@@ -133,6 +135,25 @@ class EngineCollector(Collector):
         for outcome, count in by_outcome.items():
             ended.add_metric([outcome], count)
         yield ended
+        recovered = CounterMetricFamily(
+            PREFIX + "runs_recovered",
+            "Runs a stopped process left live that recovery ended, by reason and outcome.",
+            labels=["reason", "outcome"],
+        )
+        by_recovery = {
+            (reason, outcome): 0
+            for reason in METRIC_RECOVERY_REASONS
+            for outcome in METRIC_RUN_OUTCOMES
+        }
+        for (reason, outcome), count in stats.runs_recovered.items():
+            closed = (
+                _closed(reason, METRIC_RECOVERY_REASONS),
+                _closed(outcome, METRIC_RUN_OUTCOMES),
+            )
+            by_recovery[closed] = by_recovery.get(closed, 0) + count
+        for (reason, outcome), count in by_recovery.items():
+            recovered.add_metric([reason, outcome], count)
+        yield recovered
         yield gauge("runs_active", "Runs open now.", stats.runs_active)
         yield gauge("delegations_active", "Delegations running now.", stats.delegations_active)
         delegations = CounterMetricFamily(

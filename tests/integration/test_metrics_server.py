@@ -133,6 +133,8 @@ async def test_metrics_need_their_token_and_count_a_run() -> None:
         "confirmed",
         "pending",
         "unsupported",
+        "interrupted",  # recovery reasons
+        "node_lost",
         "sse",
         "ws",
         "delegate_to_agent",  # the scripted parent's calls of the run endpoint's tool

@@ -15,6 +15,7 @@ import trio
 import trio.testing
 
 from engine import MemoryRunArchive, RunRecord
+from engine._stats import EngineStats
 from web.cluster import _watch_lost_nodes
 
 LEASE = 2.0
@@ -38,7 +39,9 @@ class ScriptedLeases(MemoryRunArchive):
 
 
 def _host() -> Any:
-    engine = SimpleNamespace(registry=[], clock=trio.current_time, retention_policy=None)
+    engine = SimpleNamespace(
+        registry=[], clock=trio.current_time, retention_policy=None, stats=EngineStats()
+    )
     return SimpleNamespace(engine=engine)
 
 
