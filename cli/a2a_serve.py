@@ -23,6 +23,12 @@ so may the agents it delegates to: an agent whose `[agents.policy]` says
 `--parent conformance` serves no parent but the A2A conformance suite's scripted agent
 (`adapters.a2a.conformance`) through the same server, for `./dev tck` (tools/conformance).
 
+Traces. `[telemetry]` in the configuration makes one OTLP/HTTP tracer provider for the process
+(`web.telemetry`), given to every task's engine: a task's run continues the trace of the A2A
+request that sent it (its `traceparent` header), and its delegations are beneath it. A
+`headers_env` that is not set or not readable is a start-up error (exit 2, naming the variable,
+never its value).
+
 Who may call. It listens on 127.0.0.1 unless told otherwise. With `--token-env NAME` (at least
 `MIN_HOST_TOKEN_CHARS` characters) every call but the card's and /healthz needs
 `Authorization: Bearer $NAME`; an address beyond loopback without one is refused at start (exit
@@ -36,8 +42,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -57,9 +63,19 @@ from adapters.parents import (
 )
 from demo.scripts import SCRIPTS
 from engine import Engine
-from web.config import ConfigError, HostConfig, load_config, parse_config, weak_token
+from web.config import (
+    ConfigError,
+    HostConfig,
+    TelemetryEntry,
+    load_config,
+    parse_config,
+    weak_token,
+)
+from web.telemetry import telemetry_problem, tracer_provider
 
 if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
+
     from adapters.mcp import Requester
     from adapters.parents import ParentAgent
 
@@ -68,6 +84,7 @@ __all__ = [
     "a2a_serve_main",
     "open_engine",
     "parent_factory",
+    "process_tracing",
     "serve",
     "serve_until_stopped",
 ]
@@ -93,6 +110,9 @@ class A2AServeOptions:
     ask_timeout: float = attrs.field(default=600.0, validator=attrs.validators.gt(0))
     #: Where it listens and who may call (`[server] allowed_hosts` is added from `config`).
     listening: Listening = attrs.field(factory=lambda: Listening())
+    #: The process's one tracer provider (`[telemetry]`), given to every task's engine; None:
+    #: not traced.
+    tracer_provider: TracerProvider | None = None
 
     @property
     def agent_name(self) -> str:
@@ -164,7 +184,12 @@ async def open_engine(options: A2AServeOptions, requester: Requester) -> AsyncIt
             endpoint = DelegationEndpoint(shortcuts=config.shortcuts, requester=requester)
             endpoints = await stack.enter_async_context(endpoint.serve())
         # The engine prepares the agents' targets as it opens and closes them as it exits.
-        async with Engine(agents, limits=config.limits, endpoints=endpoints) as eng:
+        async with Engine(
+            agents,
+            limits=config.limits,
+            endpoints=endpoints,
+            tracer_provider=options.tracer_provider,
+        ) as eng:
             yield eng
 
 
@@ -193,6 +218,10 @@ def a2a_serve_main(
             config.agent_specs()  # credentials are checked before anything listens
     except ConfigError as exc:
         print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
+        return 2
+    problem = telemetry_problem(config.telemetry)  # names the variable, never its value
+    if problem is not None:
+        print(f"subagent-engine a2a-serve: {problem}", file=sys.stderr)
         return 2
     host = host or config.server.host
     token = os.environ.get(token_env) if token_env else None
@@ -244,7 +273,22 @@ def a2a_serve_main(
     except (ValueError, ConfigError) as exc:
         print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
         return 2
-    return serve_until_stopped(options.served(), out)
+    with process_tracing(config.telemetry) as provider:
+        options = attrs.evolve(options, tracer_provider=provider)
+        return serve_until_stopped(options.served(), out)
+
+
+@contextmanager
+def process_tracing(entry: TelemetryEntry) -> Iterator[TracerProvider | None]:
+    """The process's one tracer provider (`[telemetry]`; None when it is off): its export
+    thread serves every task's engine, and the spans it still holds are sent when the block
+    ends (the server has stopped), at most `web.telemetry.EXPORT_TIMEOUT` s."""
+    provider = tracer_provider(entry)
+    try:
+        yield provider
+    finally:
+        if provider is not None:
+            provider.shutdown()
 
 
 def serve_until_stopped(served: ServedParent, out: TextIO | None) -> int:

@@ -48,6 +48,12 @@ SDK is slower than the parent, the reader waits and the run journal's subscriber
 deltas meanwhile (its volatile lane), so memory stays bounded and no text is lost. Neither loop
 ever blocks on the other.
 
+Traces. A task's run continues the trace of the request that sent the task: its W3C
+`traceparent` and `tracestate` headers (https://www.w3.org/TR/trace-context/, as the SDK's call
+context keeps them) are given to `Engine.open_run`, so when the task's engine traces (a2a-serve's
+`[telemetry]`) the run's span is a child of the caller's client span, and the delegations the
+parent makes are beneath it. A header that does not parse starts a trace of its own.
+
 Cancellation. `CancelTask` makes the SDK call `ParentAgentExecutor.cancel()`, which asks the Trio
 thread to `run.cancel()` (through `run_sync_soon`). The run cancels its body: the adapter's `run()`
 is cancelled, a CLI adapter stops its CLI (SIGINT, then SIGTERM, SIGKILL after its graces) and the
@@ -408,8 +414,10 @@ class ParentRunThread:
         metadata: dict[str, Any],
         loop: asyncio.AbstractEventLoop,
         ask_timeout: float = 600.0,
+        trace_context: tuple[str | None, str | None] = (None, None),
     ) -> None:
         self.name = name
+        self._trace_context = trace_context
         self.ask_timeout = ask_timeout
         self._options = options
         self._parent = parent
@@ -552,7 +560,11 @@ class ParentRunThread:
         async with (
             self._options.open_engine(self) as eng,
             trio.open_nursery() as nursery,
-            eng.open_run(metadata=self._metadata) as run,
+            eng.open_run(
+                metadata=self._metadata,
+                traceparent=self._trace_context[0],
+                tracestate=self._trace_context[1],
+            ) as run,
         ):
             self._run = run
             if self._cancel_reason is not None:
@@ -839,6 +851,7 @@ class ParentAgentExecutor(ServedExecutor):
             metadata={"a2a_task_id": task_id, "a2a_context_id": context_id},
             loop=asyncio.get_running_loop(),
             ask_timeout=self.options.ask_timeout,
+            trace_context=_trace_context(context),
         )
         mapper = ParentTaskMapper(task_id, context_id, clock=time.time)
         served = _ServedTask(thread, mapper, event_queue)
@@ -1162,6 +1175,21 @@ def _requester(context: RequestContext) -> str:
     if isinstance(named, str) and named.strip():
         return f"{named.strip()} (x-user-id)"
     return ANONYMOUS_REQUESTER
+
+
+def _trace_context(context: RequestContext) -> tuple[str | None, str | None]:
+    """The W3C `traceparent` and `tracestate` headers of the request that sent the task
+    (https://www.w3.org/TR/trace-context/#traceparent-header), for the task's run to continue
+    the caller's trace; the engine ignores values that do not parse."""
+    call = context.call_context
+    headers = call.state.get("headers") if call is not None else None
+    if not isinstance(headers, dict):
+        return None, None
+    traceparent, tracestate = headers.get("traceparent"), headers.get("tracestate")
+    return (
+        traceparent if isinstance(traceparent, str) else None,
+        tracestate if isinstance(tracestate, str) else None,
+    )
 
 
 class _FollowUpGate(RequestContextBuilder):

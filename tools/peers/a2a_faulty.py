@@ -70,14 +70,16 @@ Recording (per scenario) at ``GET /_test/log`` (JSON), cleared by ``POST /_test/
 - messages: one per executed message (``task_id``/``context_id`` as resolved by the server,
   ``client_task_id``/``client_context_id`` as sent, ``message_id``, ``text``, ``tenant``,
   ``follow_up``, ``binding``, ``authorization_present``, ``x_user_id``, ``x_tenant``,
-  ``x_headers`` (all ``x-*`` headers), ``request_metadata``, ``message_metadata``, ``time``).
+  ``x_headers`` (all ``x-*`` headers), ``traceparent``, ``tracestate`` (W3C trace context
+  headers, None when absent), ``request_metadata``, ``message_metadata``, ``time``).
   The Authorization value itself is never recorded.
 - cancels: every CancelTask received (``task_id``, ``tenant``, ``metadata`` as the client sent
   it, ``sdk_metadata`` as the SDK handed it to the handler (the SDK's REST CancelTask drops the
   body, so it is ``{}`` there; the middleware keeps the body to fill ``metadata``), ``binding``,
   header fields as above, ``time``; then ``outcome`` (final state name, ``refused`` or
   ``error``), ``error`` and ``finished_at`` once answered — absent while still pending).
-- subscribes / get_tasks: ``task_id``, ``tenant``, ``binding``, ``time``.
+- subscribes / get_tasks: ``task_id``, ``tenant``, ``binding`` (subscribes), ``traceparent``,
+  ``tracestate``, ``time``.
 - cuts: ``task_id``, ``mode`` (``abort`` | ``clean``), ``time``.
 - auth_rejections: ``method``, ``path``, ``authorization_present``, ``time``.
 
@@ -239,7 +241,14 @@ def _header_fields(call_context: ServerCallContext) -> dict[str, Any]:
         "x_user_id": headers.get("x-user-id"),
         "x_tenant": headers.get("x-tenant"),
         "x_headers": {k: v for k, v in headers.items() if k.startswith("x-")},
+        **_trace_fields(call_context),
     }
+
+
+def _trace_fields(call_context: ServerCallContext) -> dict[str, Any]:
+    """The W3C trace context headers the request carried (None: absent)."""
+    headers: dict[str, str] = call_context.state.get("headers", {})
+    return {"traceparent": headers.get("traceparent"), "tracestate": headers.get("tracestate")}
 
 
 def _wire_metadata(call_context: ServerCallContext) -> dict[str, Any]:
@@ -549,7 +558,11 @@ class RecordingHandler(DefaultRequestHandler):
         self.recorder.add(
             self.scenario,
             "get_tasks",
-            {"task_id": params.id, "tenant": params.tenant or context.tenant},
+            {
+                "task_id": params.id,
+                "tenant": params.tenant or context.tenant,
+                **_trace_fields(context),
+            },
         )
         task: Task | None = await super().on_get_task(params, context)
         return task
@@ -564,6 +577,7 @@ class RecordingHandler(DefaultRequestHandler):
                 "task_id": params.id,
                 "tenant": params.tenant or context.tenant,
                 "binding": _header_fields(context)["binding"],
+                **_trace_fields(context),
             },
         )
         async with contextlib.aclosing(super().on_subscribe_to_task(params, context)) as events:

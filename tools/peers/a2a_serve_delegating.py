@@ -23,7 +23,7 @@ import attrs
 
 from adapters.a2a.serving import Listening
 from adapters.parents import Answer, Delegate, Say, ScriptedParent
-from cli.a2a_serve import A2AServeOptions, serve_until_stopped
+from cli.a2a_serve import A2AServeOptions, process_tracing, serve_until_stopped
 from web.config import load_config
 
 __all__ = ["delegating_script", "main"]
@@ -55,8 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         listening=Listening(port=args.port, watch_stdin=args.watch_stdin),
     )
     script = delegating_script(keys)
-    served = attrs.evolve(options.served(), make_parent=lambda: ScriptedParent(script))
-    return serve_until_stopped(served, None)
+    with process_tracing(config.telemetry) as provider:  # the host's [telemetry], if any
+        options = attrs.evolve(options, tracer_provider=provider)
+        served = attrs.evolve(options.served(), make_parent=lambda: ScriptedParent(script))
+        return serve_until_stopped(served, None)
 
 
 if __name__ == "__main__":

@@ -74,9 +74,10 @@ Recording at ``GET /_test/log``::
     {"runs": [...], "stops": [...], "disconnects": [...], "running": [...]}
 
 - runs: ``scenario``, ``input`` (the RunAgentInput as received, JSON), ``x_headers`` (every
-  ``x-*`` header), ``authorization_present``, ``accept``, ``time``.
+  ``x-*`` header), ``traceparent`` (None when absent), ``authorization_present``, ``accept``,
+  ``time``.
 - stops: ``scenario``, ``body``, ``path``, ``authorization_present``, ``x_headers``,
-  ``found`` (this server ran a run with that id, running or not), ``time``.
+  ``traceparent``, ``found`` (this server ran a run with that id, running or not), ``time``.
 - disconnects: ``scenario``, ``run_id``, ``time`` (the client closed a stream still running).
 - running: the run ids still waiting to be stopped or left (``hang``, ``stubborn``, ...).
 
@@ -227,6 +228,11 @@ class Recorder:
 
 def _x_headers(request: Request) -> dict[str, str]:
     return {k: v for k, v in request.headers.items() if k.lower().startswith("x-")}
+
+
+def _traceparent(request: Request) -> str | None:
+    """The W3C `traceparent` header the request carried, if any."""
+    return request.headers.get("traceparent")
 
 
 def _user_text(run: RunAgentInput) -> str:
@@ -593,6 +599,7 @@ def build_app() -> Starlette:
                 "scenario": scenario,
                 "input": document,
                 "x_headers": _x_headers(request),
+                "traceparent": _traceparent(request),
                 "authorization_present": authorization is not None,
                 "accept": request.headers.get("accept"),
                 "time": time.time(),
@@ -617,6 +624,7 @@ def build_app() -> Starlette:
                 "path": request.url.path,
                 "authorization_present": request.headers.get("authorization") is not None,
                 "x_headers": _x_headers(request),
+                "traceparent": _traceparent(request),
                 "found": found,
                 "time": time.time(),
             }

@@ -1,0 +1,234 @@
+"""The trace context a traced engine sends its remotes: every request of a remote call carries
+the W3C `traceparent` of that call's client span (https://www.w3.org/TR/trace-context/), so
+the remote's server span continues the delegating run's trace beneath the call that made it.
+
+Remote side, real servers in their own processes: the a2a-sdk server of
+`tools/peers/a2a_faulty.py` (SendMessage, CancelTask, GetTask, SubscribeToTask, each recording
+the trace headers it received) and the AG-UI agent of `tools/peers/agui_app.py` (its run and
+stop requests). The engine's spans are recorded by the SDK's in-memory exporter. Without a
+tracer provider no `traceparent` leaves the engine.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from adapters.agui import AguiAgentConfig, AguiTarget
+from engine import (
+    AgentSpec,
+    DelegationRequest,
+    DelegationResult,
+    Engine,
+    RemoteCancel,
+    Status,
+)
+from tests.helpers import REPO_ROOT
+from tests.helpers.agents import a2a_agent
+from tests.helpers.processes import ready_server
+from tests.helpers.runs import OBJECTIVE
+
+
+@pytest.fixture
+def exporter() -> Iterator[InMemorySpanExporter]:
+    found = InMemorySpanExporter()
+    yield found
+    found.clear()
+
+
+@pytest.fixture
+def provider(exporter: InMemorySpanExporter) -> TracerProvider:
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return tracer_provider
+
+
+@dataclass
+class AguiPeer:
+    """`python -m tools.peers.agui_app`: what its runs and stops received."""
+
+    base_url: str
+    _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
+
+    def url(self, scenario: str) -> str:
+        return f"{self.base_url}/agents/{scenario}"
+
+    def log(self, kind: str) -> list[dict[str, Any]]:
+        response = self._http.get(f"{self.base_url}/_test/log")
+        response.raise_for_status()
+        entries: list[dict[str, Any]] = response.json()[kind]
+        return entries
+
+
+@pytest.fixture(scope="module")
+def agui_peer() -> Iterator[AguiPeer]:
+    argv = [sys.executable, "-m", "tools.peers.agui_app", "--port", "0", "--watch-stdin"]
+    with ready_server(argv, cwd=REPO_ROOT, name="agui_app") as (port, _pid, _stderr):
+        peer = AguiPeer(base_url=f"http://127.0.0.1:{port}")
+        try:
+            yield peer
+        finally:
+            peer._http.close()
+
+
+def agui_agent(peer: AguiPeer, scenario: str) -> AgentSpec:
+    url = peer.url(scenario)
+    config = AguiAgentConfig(url=url, stop_url=f"{url}/stop", tenant="acme")
+    return AgentSpec(key="remote", protocol="agui", target=AguiTarget(config))
+
+
+async def traced_delegation(
+    agent: AgentSpec, provider: TracerProvider | None, **request: Any
+) -> DelegationResult:
+    """One delegation to `agent` in a run of an engine traced by `provider` (or not)."""
+    try:
+        async with Engine([agent], tracer_provider=provider) as eng, eng.open_run() as run:
+            return await run.delegate(
+                DelegationRequest(**{"agent": agent.key, "objective": OBJECTIVE, **request})
+            )
+    finally:
+        await agent.target.aclose()
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A `traceparent` as W3C Trace Context writes it, read."""
+
+    trace_id: str
+    parent_id: str
+    flags: str
+
+    @classmethod
+    def read(cls, value: Any) -> Parent:
+        assert isinstance(value, str), f"no traceparent reached the remote: {value!r}"
+        version, trace_id, parent_id, flags = value.split("-")
+        assert version == "00" and len(trace_id) == 32 and len(parent_id) == 16, value
+        return cls(trace_id=trace_id, parent_id=parent_id, flags=flags)
+
+
+def ids(span: ReadableSpan) -> tuple[str, str]:
+    """A span's (trace id, span id) in hex."""
+    context = span.get_span_context()
+    assert context is not None
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+
+def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [span for span in exporter.get_finished_spans() if span.name == name]
+
+
+def run_trace(exporter: InMemorySpanExporter) -> str:
+    [run_span] = spans_named(exporter, "subagent.run")
+    return ids(run_span)[0]
+
+
+def sent_under(value: Any, exporter: InMemorySpanExporter, call: str) -> ReadableSpan:
+    """The client span named `call` whose traceparent `value` is, in the run's trace."""
+    parent = Parent.read(value)
+    assert parent.trace_id == run_trace(exporter)
+    assert int(parent.flags, 16) & 1  # sampled: the remote records its side too
+    by_id = {ids(span)[1]: span for span in spans_named(exporter, call)}
+    assert parent.parent_id in by_id, (parent, sorted(by_id))
+    return by_id[parent.parent_id]
+
+
+# -- A2A ------------------------------------------------------------------------------------
+
+
+async def test_an_a2a_start_carries_the_traceparent_of_its_client_span(
+    a2a_server: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    result = await traced_delegation(a2a_agent(a2a_server.card_url("stream")), provider)
+    assert result.status == Status.COMPLETED, result
+    [message] = a2a_server.entries("stream", "messages", result.remote_task_id)
+    start = sent_under(message["traceparent"], exporter, "a2a start")
+    [delegation] = spans_named(exporter, "subagent.delegation remote")
+    assert start.parent is not None and start.parent.span_id == delegation.context.span_id
+    assert message["tracestate"] is None  # the run made a trace of its own: no state to pass
+
+
+async def test_an_a2a_cancel_carries_the_traceparent_of_the_cancel_call(
+    a2a_server: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    agent = a2a_agent(a2a_server.card_url("hang"))
+    result = await traced_delegation(agent, provider, timeout_seconds=1)
+    assert result.remote_cancel == RemoteCancel.CONFIRMED, result
+    [cancel] = a2a_server.entries("hang", "cancels", result.remote_task_id)
+    sent_under(cancel["traceparent"], exporter, "a2a cancel")
+    [message] = a2a_server.entries("hang", "messages", result.remote_task_id)
+    sent_under(message["traceparent"], exporter, "a2a start")
+
+
+async def test_each_a2a_poll_carries_the_traceparent_of_its_poll_call(
+    a2a_server: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    agent = a2a_agent(a2a_server.card_url("nostream"), poll_interval=0.05)
+    result = await traced_delegation(agent, provider)
+    assert result.status == Status.COMPLETED, result
+    polls = a2a_server.entries("nostream", "get_tasks", result.remote_task_id)
+    assert polls
+    under = {ids(sent_under(p["traceparent"], exporter, "a2a poll"))[1] for p in polls}
+    # Each GetTask is its own call: as many client spans as requests, none shared.
+    assert len(under) == len(polls)
+
+
+async def test_a_resubscribe_carries_the_traceparent_of_the_resubscribe_call(
+    a2a_server: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    result = await traced_delegation(a2a_agent(a2a_server.card_url("drop")), provider)
+    assert result.status == Status.COMPLETED, result
+    subscribes = a2a_server.entries("drop", "subscribes", result.remote_task_id)
+    assert subscribes
+    for subscribe in subscribes:
+        sent_under(subscribe["traceparent"], exporter, "a2a resubscribe")
+
+
+async def test_without_a_provider_no_traceparent_reaches_an_a2a_remote(a2a_server: Any) -> None:
+    agent = a2a_agent(a2a_server.card_url("hang"))
+    result = await traced_delegation(agent, None, timeout_seconds=1)
+    assert result.remote_cancel == RemoteCancel.CONFIRMED, result
+    [message] = a2a_server.entries("hang", "messages", result.remote_task_id)
+    [cancel] = a2a_server.entries("hang", "cancels", result.remote_task_id)
+    assert message["traceparent"] is None and message["tracestate"] is None
+    assert cancel["traceparent"] is None
+
+
+# -- AG-UI ----------------------------------------------------------------------------------
+
+
+def agui_runs(peer: AguiPeer, result: DelegationResult) -> list[dict[str, Any]]:
+    return [r for r in peer.log("runs") if r["input"]["runId"] == result.remote_task_id]
+
+
+async def test_an_agui_run_and_its_stop_carry_the_traceparent_of_their_calls(
+    agui_peer: AguiPeer, provider: TracerProvider, exporter: InMemorySpanExporter
+) -> None:
+    result = await traced_delegation(agui_agent(agui_peer, "stream"), provider)
+    assert result.status == Status.COMPLETED, result
+    [run] = agui_runs(agui_peer, result)
+    sent_under(run["traceparent"], exporter, "agui start")
+
+    exporter.clear()
+    stopped = await traced_delegation(agui_agent(agui_peer, "hang"), provider, timeout_seconds=1)
+    assert stopped.remote_cancel == RemoteCancel.CONFIRMED, stopped
+    [run] = agui_runs(agui_peer, stopped)
+    sent_under(run["traceparent"], exporter, "agui start")
+    [stop] = [s for s in agui_peer.log("stops") if s["body"]["runId"] == stopped.remote_task_id]
+    sent_under(stop["traceparent"], exporter, "agui cancel")
+
+
+async def test_without_a_provider_no_traceparent_reaches_an_agui_remote(
+    agui_peer: AguiPeer,
+) -> None:
+    result = await traced_delegation(agui_agent(agui_peer, "stream"), None)
+    assert result.status == Status.COMPLETED, result
+    [run] = agui_runs(agui_peer, result)
+    assert run["traceparent"] is None
