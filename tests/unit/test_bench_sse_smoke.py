@@ -3,12 +3,14 @@
 The benchmark drives its own `trio.run` (its server and readers run in it), so the test is a
 plain synchronous function (pytest-trio's trio_mode only takes over `async def` tests). It
 checks that each measurement completed and nothing was lost, never how fast: timings are the
-benchmark's to print.
+benchmark's to print; for tracing, that off, on and off again are all printed with positive
+figures and that the "on" side's spans reached the OTLP receiver.
 """
 
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 
@@ -41,6 +43,38 @@ def test_bench_sse_prints_throughput_latency_and_slow_viewer_rows() -> None:
         line = next(line for line in lines if line.startswith(row))
         assert line.endswith("ok"), line
     assert not any(line.startswith("!!") for line in lines)
+    # Tracing: off, on and off again side by side, each figure positive.
+    header = next(line for line in lines if line.startswith("tracing off vs on "))
+    assert header.split()[-5:] == ["on", "costs", "off", "again", "noise"], header
+    for label in (
+        "throughput, events/s",
+        "latency p50 ms, fast viewer alone",
+        "latency p99 ms, fast viewer alone",
+    ):
+        off, on, cost, again, noise = _side_row(lines, label)
+        assert off > 0 and on > 0 and again > 0, (label, off, on, again)
+        assert cost.endswith("%") and noise.endswith("%"), (label, cost, noise)
+    assert any(line.startswith("goal: tracing on loses <= 10% of throughput: ") for line in lines)
+    # How "off" was checked is said, and the "on" side really exported to the receiver.
+    assert any(line.startswith("off: the default engine") and "off again" in line for line in lines)
+    receiver = next(line for line in lines if line.startswith("OTLP receiver "))
+    spans = re.search(r": ([\d,]+) spans in ([\d,]+) exports .*, 0 refused$", receiver)
+    assert spans is not None, receiver
+    # At least a span per run (a throughput run, a latency run) and per delegation (4).
+    assert int(spans.group(1).replace(",", "")) >= 2 + 4, receiver
+
+
+def _side_row(lines: list[str], label: str) -> tuple[float, float, str, float, str]:
+    """(off, on, on's cost, off again, noise) of the tracing table's row `label`."""
+    line = next(line for line in lines if line.startswith(label + " "))
+    off, on, cost, again, noise = line[len(label) :].split()
+    return (
+        float(off.replace(",", "")),
+        float(on.replace(",", "")),
+        cost,
+        float(again.replace(",", "")),
+        noise,
+    )
 
 
 def test_bench_sse_refuses_arguments_out_of_range() -> None:

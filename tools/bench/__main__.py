@@ -6,7 +6,8 @@ A developer tool run from a checkout, not part of the installed package:
 
 Each bench measures one path against the floor it cannot beat on this machine (a bare Trio
 channel, the bare a2a-sdk client, a bare mcp server, a raw ASGI app writing the same bytes) and
-prints both side by side. Figures are never asserted in tests; the smoke tests only check that
+prints both side by side; `a2a` and `sse` also measure the engine with tracing off and on
+(`tools.bench.tracing`). Figures are never asserted in tests; the smoke tests only check that
 each bench runs and prints its table.
 """
 
@@ -35,13 +36,14 @@ def _parser() -> argparse.ArgumentParser:
     journal.add_argument("--repeat", type=int, default=3, help="runs per figure (median kept)")
     a2a = bench_sub.add_parser(
         "a2a",
-        help="A2A stream events/s through the engine vs a bare a2a-sdk client; cancel cascade",
+        help="A2A stream events/s through the engine vs a bare a2a-sdk client; cancel cascade; "
+        "tracing off vs on",
     )
     a2a.add_argument("--events", type=int, default=20_000, help="chunks in the remote stream")
     a2a.add_argument(
         "--delegations", type=int, default=100, help="concurrent delegations in the cancel cascade"
     )
-    a2a.add_argument("--repeat", type=int, default=3, help="runs per figure")
+    a2a.add_argument("--repeat", type=int, default=3, help="runs per figure and tracing side")
     mcp = bench_sub.add_parser(
         "mcp",
         help="MCP delegate_to_agent round trip vs a bare mcp server; many runs calling at once",
@@ -51,7 +53,8 @@ def _parser() -> argparse.ArgumentParser:
     mcp.add_argument("--repeat", type=int, default=1, help="runs per figure")
     sse = bench_sub.add_parser(
         "sse",
-        help="one SSE viewer's events/s vs a raw ASGI app; latency under load; a slow viewer",
+        help="one SSE viewer's events/s vs a raw ASGI app; latency under load; a slow viewer; "
+        "tracing off vs on",
     )
     sse.add_argument("--events", type=int, default=100_000, help="events in the throughput run")
     sse.add_argument(
@@ -59,7 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     sse.add_argument("--rate", type=float, default=5_000, help="text deltas/s, all delegations")
     sse.add_argument("--seconds", type=float, default=3.0, help="how long the delegations stream")
-    sse.add_argument("--repeat", type=int, default=3, help="throughput runs (median kept)")
+    sse.add_argument(
+        "--repeat", type=int, default=3, help="throughput and latency runs per tracing side"
+    )
     scale = bench_sub.add_parser(
         "scale",
         help="memory per delegation and viewer; the whole path as delegations grow; cancel cascade",

@@ -23,6 +23,12 @@ over on `GET /_cancels` (`POST /_forget` clears them); the measuring side compar
 own `time.monotonic()`. The remote holds no engine rules and the engine is driven only through
 its public surface; nothing here may change engine behaviour to look faster.
 
+Tracing: both engine measurements are made with tracing off (the default engine), on (the
+server's OTLP/HTTP provider exporting to a receiver in its own process) and off again (the noise
+two identical sides show), in a rotation, and printed side by side with what tracing on costs
+(`tools.bench.tracing`); the remote counts the requests that carried a `traceparent`, so the
+report shows that only "on" sent one. The other rows are tracing off.
+
 Method: cards are fetched and clients built before the clock starts; each figure is the median
 (stream) or a percentile (cancel) of `repeat` runs, with the garbage collector emptied before
 each run; every wait has a deadline, so a broken engine shows as a failed check, never a hang.
@@ -53,6 +59,7 @@ import httpx
 import trio
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.types import AgentCard, CancelTaskRequest, Message, Part, Role, SendMessageRequest
+from opentelemetry import trace
 
 from adapters.a2a import A2AAgentConfig, A2ATarget
 from engine import (
@@ -66,6 +73,23 @@ from engine import (
     Status,
 )
 from tools.bench.journal import percentile
+from tools.bench.tracing import (
+    OFF,
+    OFF_MEANS,
+    ON,
+    ON_MEANS,
+    SIDES,
+    OtlpSink,
+    SideRow,
+    SinkFailed,
+    goal_line,
+    otlp_sink,
+    print_sides,
+    rotation,
+    side_tracing,
+    sink_line,
+    warm,
+)
 from tools.peers.children import read_ready_port, stop_process_group
 from tools.peers.raw_http import read_request, respond_json
 
@@ -142,7 +166,9 @@ class _Remote:
     `firehose` and `warmup` answer SendStreamingMessage with a pre-encoded stream; `hang`
     answers with a WORKING Task and keeps the stream open until the client closes it. Every
     CancelTask is answered CANCELED and its arrival recorded (`time.monotonic()`, comparable
-    across processes); `GET /_cancels` returns the record, `POST /_forget` clears it.
+    across processes); `GET /_cancels` returns the record, `POST /_forget` clears it. Every
+    JSON-RPC request is counted, and those carrying a W3C `traceparent` header; `POST
+    /_traceparents` returns both counts and clears them.
     Runs in its own process (`_serve_main`); the measuring side holds a `_RemoteProcess`.
     """
 
@@ -151,6 +177,8 @@ class _Remote:
     tasks_started: int = 0
     cancel_arrivals: list[float] = attrs.field(factory=list)
     cancelled_ids: list[str] = attrs.field(factory=list)
+    rpc_requests: int = 0
+    traced_requests: int = 0  # of them, those with a traceparent header
 
     def card_url(self, agent: str) -> str:
         return f"http://127.0.0.1:{self.port}/{agent}/.well-known/agent-card.json"
@@ -183,7 +211,7 @@ class _Remote:
     async def handle(self, stream: trio.SocketStream) -> None:
         async with stream:
             try:
-                method, path, _, body = await read_request(stream)
+                method, path, headers, body = await read_request(stream)
             except (EOFError, ValueError, trio.BrokenResourceError):
                 return
             arrived = time.monotonic()
@@ -199,6 +227,13 @@ class _Remote:
                 self.forget_cancels()
                 await respond_json(stream, {"forgotten": True})
                 return
+            if method == "POST" and path == "/_traceparents":
+                counts = {"requests": self.rpc_requests, "traced": self.traced_requests}
+                self.rpc_requests = self.traced_requests = 0
+                await respond_json(stream, counts)
+                return
+            self.rpc_requests += 1
+            self.traced_requests += "traceparent" in headers
             request = json.loads(body or b"{}")
             rpc_id = request.get("id")
             name = request.get("method")
@@ -311,6 +346,14 @@ class _RemoteProcess:
             record = response.json()
         return [float(t) for t in record["arrivals"]], [str(i) for i in record["ids"]]
 
+    async def traceparents(self) -> tuple[int, int]:
+        """(JSON-RPC requests, of them with a `traceparent`) since the last call."""
+        async with _http() as http:
+            response = await http.post(f"http://127.0.0.1:{self.port}/_traceparents")
+            response.raise_for_status()
+            counts = response.json()
+        return int(counts["requests"]), int(counts["traced"])
+
 
 #: Where `python -m tools.bench.a2a` resolves: the checkout holding the `tools` folder.
 _ROOT: Final = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -407,7 +450,12 @@ async def _bare_once(card: AgentCard) -> tuple[float, int]:
         return seconds, count
 
 
-async def _engine_once(remote: _RemoteProcess, agent: str, events: int) -> _EngineStream:
+async def _engine_once(
+    remote: _RemoteProcess,
+    agent: str,
+    events: int,
+    tracer_provider: trace.TracerProvider | None = None,
+) -> _EngineStream:
     """One `run.delegate` to an A2ATarget on the stream; clock from the call to its result."""
     target = A2ATarget(A2AAgentConfig(card_url=remote.card_url(agent)))
     spec = AgentSpec(key="firehose", display_name="Firehose", protocol="a2a", target=target)
@@ -418,7 +466,7 @@ async def _engine_once(remote: _RemoteProcess, agent: str, events: int) -> _Engi
     )
     try:
         await target.prepare()  # the card fetch stays outside the clock, as for the bare client
-        async with Engine([spec], limits=limits) as eng:
+        async with Engine([spec], limits=limits, tracer_provider=tracer_provider) as eng:
             async with eng.open_run() as run:
                 start = time.perf_counter()
                 result = await run.delegate(DelegationRequest(agent="firehose", objective="go"))
@@ -456,7 +504,9 @@ class _CancelRun:
     confirmed: int  # results `cancelled` with remote_cancel `confirmed`
 
 
-async def _engine_cancel_once(remote: _RemoteProcess, delegations: int) -> _CancelRun:
+async def _engine_cancel_once(
+    remote: _RemoteProcess, delegations: int, tracer_provider: trace.TracerProvider | None = None
+) -> _CancelRun:
     """`delegations` delegations WORKING on `hang`, then `run.cancel()`. The target keeps its
     own HTTP pools (what a host's `A2ATarget(config)` gets): their shape is part of what a
     cascade costs."""
@@ -472,7 +522,7 @@ async def _engine_cancel_once(remote: _RemoteProcess, delegations: int) -> _Canc
     cancelled_at = math.inf
     try:
         await target.prepare()
-        async with Engine([spec], limits=limits) as eng:
+        async with Engine([spec], limits=limits, tracer_provider=tracer_provider) as eng:
             async with eng.open_run() as run:
                 with trio.move_on_after(WORKING_DEADLINE):
                     async with run.events() as events:
@@ -566,20 +616,44 @@ async def _cancel_floor_once(
 # -- the run ---------------------------------------------------------------------------------
 
 
+def _by_side() -> dict[str, list[Any]]:
+    return {side: [] for side in SIDES}
+
+
 @attrs.define
 class _Figures:
     raw: list[tuple[float, int]] = attrs.field(factory=list)
     bare: list[tuple[float, int]] = attrs.field(factory=list)
-    engine: list[_EngineStream] = attrs.field(factory=list)
+    #: The engine's figures per tracing side (`tools.bench.tracing.SIDES`).
+    engine: dict[str, list[_EngineStream]] = attrs.field(factory=_by_side)
     floors: dict[str, list[tuple[float, int]]] = attrs.field(
         factory=lambda: {floor: [] for floor in _FLOORS}
     )
-    cancels: list[_CancelRun] = attrs.field(factory=list)
+    cancels: dict[str, list[_CancelRun]] = attrs.field(factory=_by_side)
+    #: Per side, (JSON-RPC requests the remote got from the engine, of them with a traceparent).
+    traceparents: dict[str, list[int]] = attrs.field(
+        factory=lambda: {side: [0, 0] for side in SIDES}
+    )
     problems: list[str] = attrs.field(factory=list)
 
 
-async def _measure(remote: _RemoteProcess, events: int, delegations: int, repeat: int) -> _Figures:
+async def _measure(
+    remote: _RemoteProcess, events: int, delegations: int, repeat: int, sink: OtlpSink
+) -> _Figures:
     figures = _Figures()
+
+    async def engine_side(
+        side: str, measure: Callable[[trace.TracerProvider | None], Awaitable[Any]]
+    ) -> Any:
+        """`measure` with tracing as `side` has it (the provider flushed after the clock),
+        counting the remote's requests and those that carried a traceparent."""
+        await remote.traceparents()  # what came before is not this side's
+        async with side_tracing(side, sink) as provider:
+            outcome = await measure(provider)
+        requests, traced = await remote.traceparents()
+        figures.traceparents[side][0] += requests
+        figures.traceparents[side][1] += traced
+        return outcome
 
     async def timed(label: str, deadline: float, measure: Callable[[], Awaitable[Any]]) -> Any:
         gc.collect()
@@ -593,18 +667,27 @@ async def _measure(remote: _RemoteProcess, events: int, delegations: int, repeat
     # Warm-up: imports, protobuf descriptors and code paths, once per client, unclocked.
     await _raw_reader_once(remote, "warmup")
     await _bare_once(cards["warmup"])
-    await _engine_once(remote, "warmup", min(events, WARMUP_EVENTS))
+    for side in (OFF, ON):
+        async with side_tracing(side, sink) as provider:
+            await _engine_once(remote, "warmup", min(events, WARMUP_EVENTS), provider)
 
-    for _ in range(repeat):
+    for index in range(repeat):
         for label, into, measure in (
             ("raw reader", figures.raw, lambda: _raw_reader_once(remote, "firehose")),
             ("bare client", figures.bare, lambda: _bare_once(cards["firehose"])),
-            ("engine stream", figures.engine, lambda: _engine_once(remote, "firehose", events)),
         ):
             outcome = await timed(label, STREAM_DEADLINE, measure)
             if outcome is not None:
                 into.append(outcome)
-    for _ in range(repeat):
+        for side in rotation(index):
+            outcome = await timed(
+                f"engine stream (tracing {side})",
+                STREAM_DEADLINE,
+                partial(engine_side, side, partial(_engine_once, remote, "firehose", events)),
+            )
+            if outcome is not None:
+                figures.engine[side].append(outcome)
+    for index in range(repeat):
         for floor in _FLOORS:
             outcome = await timed(
                 floor,
@@ -613,13 +696,14 @@ async def _measure(remote: _RemoteProcess, events: int, delegations: int, repeat
             )
             if outcome is not None:
                 figures.floors[floor].append(outcome)
-        outcome = await timed(
-            "cancel cascade",
-            WORKING_DEADLINE + CANCEL_DEADLINE,
-            lambda: _engine_cancel_once(remote, delegations),
-        )
-        if outcome is not None:
-            figures.cancels.append(outcome)
+        for side in rotation(index):
+            outcome = await timed(
+                f"cancel cascade (tracing {side})",
+                WORKING_DEADLINE + CANCEL_DEADLINE,
+                partial(engine_side, side, partial(_engine_cancel_once, remote, delegations)),
+            )
+            if outcome is not None:
+                figures.cancels[side].append(outcome)
     return figures
 
 
@@ -650,7 +734,7 @@ def _print_stream(figures: _Figures, events: int, repeat: int, out: TextIO) -> f
     print(header, file=out)
     print("-" * len(header), file=out)
     _, _, bare_rate = _stream_rate(figures.bare)
-    engine_runs = [(r.seconds, expected) for r in figures.engine]
+    engine_runs = [(r.seconds, expected) for r in figures.engine[OFF]]
     rows = [
         ("raw httpx reader (aiter_lines, no parsing)", figures.raw),
         ("bare a2a-sdk client (send_message)", figures.bare),
@@ -666,8 +750,8 @@ def _print_stream(figures: _Figures, events: int, repeat: int, out: TextIO) -> f
         if runs and runs[-1][1] != expected:
             figures.problems.append(f"LOST {label}: {runs[-1][1]:,} items, expected {expected:,}")
     ratio = _stream_rate(engine_runs)[2] / bare_rate
-    if figures.engine:
-        last = figures.engine[-1]
+    if figures.engine[OFF]:
+        last = figures.engine[OFF][-1]
         merged = "" if last.deltas == events else " (adjacent deltas merged under back-pressure)"
         print(
             f"engine journal (last run): {last.entries:,} entries, of which {last.deltas:,} "
@@ -675,18 +759,21 @@ def _print_stream(figures: _Figures, events: int, repeat: int, out: TextIO) -> f
             f"{'complete' if last.text_complete else 'INCOMPLETE'}",
             file=out,
         )
-        for n, run in enumerate(figures.engine, 1):
+    for side, side_runs in figures.engine.items():
+        for n, run in enumerate(side_runs, 1):
             if run.status != Status.COMPLETED:
-                figures.problems.append(f"FAILED engine stream run {n}: result {run.status}")
+                figures.problems.append(
+                    f"FAILED engine stream run {n} (tracing {side}): result {run.status}"
+                )
             if not run.text_complete or run.gaps:
                 figures.problems.append(
-                    f"LOST engine stream run {n}: the journal's text deltas do not add up to the "
-                    f"remote's text ({run.gaps} gap markers)"
+                    f"LOST engine stream run {n} (tracing {side}): the journal's text deltas do "
+                    f"not add up to the remote's text ({run.gaps} gap markers)"
                 )
     verdict = "MET" if ratio >= GOAL_STREAM_RATIO else "NOT MET"
     print(
         f"goal: engine >= {GOAL_STREAM_RATIO}x of the bare client: {verdict} "
-        f"(ratio {ratio:.2f}, medians of {repeat})",
+        f"(ratio {ratio:.2f}, medians of {repeat}; tracing off, on: the tracing table below)",
         file=out,
     )
     return ratio
@@ -702,7 +789,7 @@ def _print_cancel(figures: _Figures, delegations: int, repeat: int, out: TextIO)
     header = f"{'measurement':<44} {'samples':>8} {'p50 ms':>9} {'p99 ms':>9} {'max ms':>9}"
     print(header, file=out)
     print("-" * len(header), file=out)
-    runs = figures.cancels
+    runs = figures.cancels[OFF]
     rows = [(f"floor: {floor}", [s for s, _ in figures.floors[floor]]) for floor in _FLOORS]
     rows += [
         ("engine: run.cancel() -> last CancelTask", [r.to_last_cancel for r in runs]),
@@ -723,17 +810,18 @@ def _print_cancel(figures: _Figures, delegations: int, repeat: int, out: TextIO)
         f"remote_cancel=confirmed; {received:,}/{total:,} remote tasks named by a CancelTask",
         file=out,
     )
-    for n, run in enumerate(runs, 1):
-        if run.working < delegations:
-            figures.problems.append(
-                f"FAILED cancel run {n}: only {run.working}/{delegations} delegations WORKING "
-                f"within {WORKING_DEADLINE:g} s"
-            )
-        if run.confirmed < delegations or run.cancels_received < delegations:
-            figures.problems.append(
-                f"FAILED cancel run {n}: {run.confirmed}/{delegations} confirmed, "
-                f"{run.cancels_received}/{delegations} CancelTask received"
-            )
+    for side, side_runs in figures.cancels.items():
+        for n, run in enumerate(side_runs, 1):
+            if run.working < delegations:
+                figures.problems.append(
+                    f"FAILED cancel run {n} (tracing {side}): only {run.working}/{delegations} "
+                    f"delegations WORKING within {WORKING_DEADLINE:g} s"
+                )
+            if run.confirmed < delegations or run.cancels_received < delegations:
+                figures.problems.append(
+                    f"FAILED cancel run {n} (tracing {side}): {run.confirmed}/{delegations} "
+                    f"confirmed, {run.cancels_received}/{delegations} CancelTask received"
+                )
     for floor, floor_runs in figures.floors.items():
         for n, (_, received_floor) in enumerate(floor_runs, 1):
             if received_floor < delegations:
@@ -744,15 +832,81 @@ def _print_cancel(figures: _Figures, delegations: int, repeat: int, out: TextIO)
     verdict = "MET" if p99 < GOAL_CANCEL_P99_MS / 1000 else "NOT MET"
     print(
         f"goal: run.cancel() -> last CancelTask p99 < {GOAL_CANCEL_P99_MS:g} ms: {verdict} "
-        f"(p99 {_ms(p99)} ms over {len(runs)} of {repeat} run(s))",
+        f"(p99 {_ms(p99)} ms over {len(runs)} of {repeat} run(s); tracing off)",
         file=out,
     )
     return p99
 
 
+def _print_tracing(figures: _Figures, events: int, repeat: int, out: TextIO) -> None:
+    """The engine's figures with tracing off, on and off again, side by side."""
+    expected = events + 2
+
+    def median_ms(values: Sequence[float]) -> float:
+        return statistics.median(values) * 1000 if values else math.nan
+
+    stream = SideRow(
+        "stream, events/s (median)",
+        {
+            side: _stream_rate([(r.seconds, expected) for r in runs])[2]
+            for side, runs in figures.engine.items()
+        },
+        higher_is_better=True,
+    )
+    cascade = SideRow(
+        "cancel: run.cancel() -> last CancelTask, ms (median)",
+        {
+            side: median_ms([r.to_last_cancel for r in runs])
+            for side, runs in figures.cancels.items()
+        },
+        higher_is_better=False,
+        digits=1,
+    )
+    each = SideRow(
+        "cancel: run.cancel() -> each CancelTask, p99 ms",
+        {
+            side: percentile([a for r in runs for a in r.arrivals], 0.99) * 1000
+            for side, runs in figures.cancels.items()
+        },
+        higher_is_better=False,
+        digits=1,
+    )
+    closed = SideRow(
+        "cancel: run.cancel() -> run closed, ms (median)",
+        {side: median_ms([r.to_closed for r in runs]) for side, runs in figures.cancels.items()},
+        higher_is_better=False,
+        digits=1,
+    )
+    print_sides(
+        f"tracing off vs on ({repeat} run(s) per side, interleaved)",
+        [stream, cascade, each, closed],
+        out,
+    )
+    print(goal_line(stream, "stream throughput"), file=out)
+    print(goal_line(cascade, "cancel-cascade speed"), file=out)
+    sent = ", ".join(
+        f"{side} {traced:,} of {requests:,}"
+        for side, (requests, traced) in figures.traceparents.items()
+    )
+    print(f"JSON-RPC requests from the engine that carried a traceparent: {sent}", file=out)
+    print(ON_MEANS, file=out)
+    print(OFF_MEANS, file=out)
+    for side, (requests, traced) in figures.traceparents.items():
+        if requests == 0:
+            figures.problems.append(f"FAILED tracing {side}: the remote got no request")
+        elif side == ON and traced != requests:
+            figures.problems.append(
+                f"FAILED tracing on: {requests - traced} of {requests} requests had no traceparent"
+            )
+        elif side != ON and traced:
+            figures.problems.append(f"FAILED tracing {side}: {traced} requests had a traceparent")
+
+
 def bench_a2a(*, events: int, delegations: int, repeat: int, out: TextIO | None = None) -> int:
     """Measure and print the engine's A2A stream throughput and cancel cascade beside a bare
-    a2a-sdk client on the same remote, which runs in its own process.
+    a2a-sdk client on the same remote, which runs in its own process. Each engine figure is
+    measured with tracing off, on (exporting over OTLP/HTTP to a receiver this call starts) and
+    off again, interleaved (`tools.bench.tracing`), and printed side by side.
 
     Returns 0; 1 if a measurement did not complete (an item, a delta or a CancelTask lost, a
     delegation not confirmed cancelled, a deadline passed); 2 for arguments out of range.
@@ -770,7 +924,7 @@ def bench_a2a(*, events: int, delegations: int, repeat: int, out: TextIO | None 
     )
     started = time.perf_counter()
     try:
-        with _remote_process(events) as remote:
+        with otlp_sink() as sink, _remote_process(events) as remote:
             print(
                 "remote: a raw JSON-RPC A2A server in a separate process (python -m "
                 f"tools.bench.a2a --serve, pid {remote.pid}, 127.0.0.1:{remote.port}, one request "
@@ -785,13 +939,23 @@ def bench_a2a(*, events: int, delegations: int, repeat: int, out: TextIO | None 
                 file=out,
             )
             print(file=out, flush=True)
-            figures = trio.run(_measure, remote, events, delegations, repeat)
-    except _RemoteFailed as failure:
+            warm(sink)
+            before = sink.stats()
+            figures = trio.run(_measure, remote, events, delegations, repeat, sink)
+            exported = sink.stats() - before
+    except (_RemoteFailed, SinkFailed) as failure:
         print(f"!! FAILED remote: {failure}", file=out, flush=True)
         return 1
     _print_stream(figures, events, repeat, out)
     print(file=out)
     _print_cancel(figures, delegations, repeat, out)
+    print(file=out)
+    _print_tracing(figures, events, repeat, out)
+    print(sink_line(sink, exported), file=out)
+    if exported.spans < 1 or exported.refused:
+        figures.problems.append(
+            "FAILED tracing on: the OTLP receiver got no spans or refused an export"
+        )
     print(file=out)
     for problem in figures.problems:
         print(f"!! {problem}", file=out)

@@ -36,6 +36,11 @@ beside what this machine does without the engine:
   viewer's (and the text the agents sent), and its non-delta events (lifecycle, message starts
   and ends) equal the fast viewer's. The fast viewer's p99 is printed with and without it.
 
+Tracing: the engine's throughput and the fast viewer's latency alone are measured with tracing
+off (the default engine), on (the server's OTLP/HTTP provider exporting to a receiver in its own
+process) and off again (the noise two identical sides show), in a rotation, and printed side by
+side with what tracing on costs (`tools.bench.tracing`); the other rows are tracing off.
+
 Nothing here may change engine or server behaviour to look faster: they are driven through
 their public surface (`RunHost`, `create_app`, `Run.journal`, `Engine(store_factory=...)`); the
 subscription statistics are read from the journal's private lists, as `bench journal` reads
@@ -66,6 +71,7 @@ import attrs
 import h11
 import httpx
 import trio
+from opentelemetry import trace
 
 from adapters.agui import Frame, sse_bytes
 from adapters.inprocess import InProcessTarget, LocalTask
@@ -80,6 +86,22 @@ from engine import (
     Run,
 )
 from tools.bench.journal import BATCH, answer_lifespan, build_event_mix
+from tools.bench.tracing import (
+    OFF,
+    OFF_MEANS,
+    ON_MEANS,
+    SIDES,
+    OtlpSink,
+    SideRow,
+    SinkFailed,
+    goal_line,
+    otlp_sink,
+    print_sides,
+    rotation,
+    side_tracing,
+    sink_line,
+    warm,
+)
 from web.config import HostConfig
 from web.server import (
     EncoderFactory,
@@ -276,10 +298,16 @@ async def _serve(
     agents: Sequence[AgentSpec] = (),
     store_factory: Callable[[str, EngineLimits], JournalStore] | None = None,
     encoder_factory: EncoderFactory | None = None,
+    tracer_provider: trace.TracerProvider | None = None,
 ) -> AsyncIterator[tuple[RunHost, _Tap, str]]:
     config = HostConfig(source="<bench>", limits=limits)
     async with (
-        Engine(list(agents), limits=limits, store_factory=store_factory) as engine,
+        Engine(
+            list(agents),
+            limits=limits,
+            store_factory=store_factory,
+            tracer_provider=tracer_provider,
+        ) as engine,
         trio.open_nursery() as nursery,
     ):
         host = RunHost(engine, nursery, parent)
@@ -457,8 +485,16 @@ class _AppendingParent:
         self.last = journal.head
 
 
+async def _engine_throughput_side(
+    events: Sequence[Any], side: str, sink: OtlpSink
+) -> tuple[_Throughput, dict[str, Any], list[bytes]]:
+    """`_engine_throughput` with tracing as `side` has it (the provider flushed after the clock)."""
+    async with side_tracing(side, sink) as provider:
+        return await _engine_throughput(events, provider)
+
+
 async def _engine_throughput(
-    events: Sequence[Any],
+    events: Sequence[Any], tracer_provider: trace.TracerProvider | None = None
 ) -> tuple[_Throughput, dict[str, Any], list[bytes]]:
     go = trio.Event()
     progress = _Progress()
@@ -470,11 +506,9 @@ async def _engine_throughput(
 
     catch_ups = 0
     with trio.fail_after(DEADLINE):
-        async with _serve(lambda: parent, _limits(1), encoder_factory=encoders) as (
-            host,
-            tap,
-            base,
-        ):
+        async with _serve(
+            lambda: parent, _limits(1), encoder_factory=encoders, tracer_provider=tracer_provider
+        ) as (host, tap, base):
             tap.record = True
             async with httpx.AsyncClient() as http:
                 run_id, token = await _start_run(http, base)
@@ -557,16 +591,24 @@ async def _floor_throughput(events: Sequence[Any]) -> _Throughput:
 
 
 def _throughput(
-    events: int, repeat: int
-) -> tuple[list[_Throughput], list[_Throughput], list[_Throughput]]:
+    events: int, repeat: int, sink: OtlpSink
+) -> tuple[dict[str, list[_Throughput]], list[_Throughput], list[_Throughput]]:
+    """Per repetition: the engine on every side (in `rotation` order), then the raw app
+    replaying the off side's writes, then the json.dumps app."""
     mix = build_event_mix(events, "bench-run")[1:-1]  # the run actor journals its own lifecycle
-    engine_runs: list[_Throughput] = []
+    engine_runs: dict[str, list[_Throughput]] = {side: [] for side in SIDES}
     raw_runs: list[_Throughput] = []
     floor_runs: list[_Throughput] = []
-    for _ in range(repeat):
-        gc.collect()
-        engine_run, start, chunks = trio.run(_engine_throughput, mix)
-        engine_runs.append(engine_run)
+    for index in range(repeat):
+        recorded: tuple[_Throughput, dict[str, Any], list[bytes]] | None = None
+        for side in rotation(index):
+            gc.collect()
+            outcome = trio.run(_engine_throughput_side, mix, side, sink)
+            engine_runs[side].append(outcome[0])
+            if side == OFF:
+                recorded = outcome
+        assert recorded is not None
+        engine_run, start, chunks = recorded
         last_id = 0
         for match in _ID.finditer(b"\n" + b"".join(chunks)):
             last_id = int(match.group(1))
@@ -648,8 +690,20 @@ class _Latency:
     complete: bool = True
 
 
+async def _latency_side(
+    delegations: int, rate: float, seconds: float, side: str, sink: OtlpSink
+) -> _Latency:
+    """`_latency` with one fast viewer and tracing as `side` has it."""
+    async with side_tracing(side, sink) as provider:
+        return await _latency(delegations, rate, seconds, None, provider)
+
+
 async def _latency(
-    delegations: int, rate: float, seconds: float, slow_rate: float | None
+    delegations: int,
+    rate: float,
+    seconds: float,
+    slow_rate: float | None,
+    tracer_provider: trace.TracerProvider | None = None,
 ) -> _Latency:
     per_delegation = rate / delegations
     limits = _limits(delegations)
@@ -676,7 +730,9 @@ async def _latency(
     max_in_flight = 0
     produce_start = produce_end = 0.0
     with trio.fail_after(DEADLINE + seconds):
-        async with _serve(lambda: parent, limits, [agent], store_factory) as (host, tap, base):
+        async with _serve(
+            lambda: parent, limits, [agent], store_factory, tracer_provider=tracer_provider
+        ) as (host, tap, base):
             async with httpx.AsyncClient() as http:
                 run_id, token = await _start_run(http, base)
             path = f"/runs/{run_id}/events"
@@ -801,9 +857,14 @@ def bench_sse(
     """Measure and print the SSE stream's throughput beside a raw ASGI app, the latency under
     `delegations` concurrent delegations, and a slow viewer's stream.
 
+    Each engine figure is measured with tracing off, on (exporting over OTLP/HTTP to a receiver
+    this call starts) and off again, interleaved (`tools.bench.tracing`), and printed side by
+    side with what tracing on costs.
+
     Returns 0; 1 if something was lost (a reader missed the last cursor, the slow viewer's text
-    or events differ, its buffer passed its bound); 2 for arguments out of range. A missed goal
-    is printed as NOT MET and does not change the exit code.
+    or events differ, its buffer passed its bound) or the receiver got no spans; 2 for
+    arguments out of range. A missed goal is printed as NOT MET and does not change the exit
+    code.
     """
     out = out or sys.stdout
     minimum = _MIN_EVENTS
@@ -836,8 +897,38 @@ def bench_sse(
     )
     print(file=out, flush=True)
 
+    try:
+        with otlp_sink() as sink:
+            warm(sink)
+            before = sink.stats()
+            problems = _measure_and_print(events, delegations, rate, seconds, repeat, sink, out)
+            exported = sink.stats() - before
+    except SinkFailed as failure:
+        print(f"!! FAILED {failure}", file=out, flush=True)
+        return 1
+    print(sink_line(sink, exported), file=out)
+    if exported.spans < 1 or exported.refused:
+        problems.append("FAILED tracing on: the OTLP receiver got no spans or refused an export")
+    print(file=out)
+    for problem in problems:
+        print(f"!! {problem}", file=out)
+    max_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    print(f"max RSS of this process: {max_rss_kib / 1024:.1f} MiB", file=out, flush=True)
+    return 1 if problems else 0
+
+
+def _measure_and_print(
+    events: int,
+    delegations: int,
+    rate: float,
+    seconds: float,
+    repeat: int,
+    sink: OtlpSink,
+    out: TextIO,
+) -> list[str]:
     problems: list[str] = []
-    engine_runs, raw_runs, floor_runs = _throughput(events, repeat)
+    engine_sides, raw_runs, floor_runs = _throughput(events, repeat, sink)
+    engine_runs = engine_sides[OFF]
     engine_row = _throughput_row(engine_runs)
     raw_row = _throughput_row(raw_runs)
     floor_row = _throughput_row(floor_runs)
@@ -871,10 +962,14 @@ def bench_sse(
         "no engine: an ASGI app encoding each event of the same mix as its own SSE block "
         f"(json.dumps of three fields, its id:), {BATCH} per write: what a per-event Python "
         "encoder without the engine's merging delivers, for scale (the goal is against the "
-        "raw limit)",
+        "raw limit); the engine row is tracing off (on: the tracing table below)",
         file=out,
     )
-    for runs, label in ((engine_runs, "engine"), (raw_runs, "raw"), (floor_runs, "json.dumps")):
+    for label, runs in (
+        *((f"engine, tracing {side}", engine_sides[side]) for side in SIDES),
+        ("raw", raw_runs),
+        ("json.dumps", floor_runs),
+    ):
         for run in runs:
             if not run.complete:
                 problems.append(f"LOST throughput ({label}): the reader missed the last cursor")
@@ -884,13 +979,19 @@ def bench_sse(
 
     print(
         f"latency: {delegations} concurrent delegations to an in-process agent, each streaming "
-        f"text deltas at {rate / delegations:g}/s ({rate:,.0f}/s in total) for {seconds:g} s",
+        f"text deltas at {rate / delegations:g}/s ({rate:,.0f}/s in total) for {seconds:g} s; "
+        f"{repeat} run(s) per tracing side, interleaved, latencies pooled",
         file=out,
         flush=True,
     )
-    gc.collect()
-    alone = trio.run(_latency, delegations, rate, seconds, None)
-    fast_rate = alone.fast.size / max(alone.produced_seconds, 1e-9)
+    alone: dict[str, list[_Latency]] = {side: [] for side in SIDES}
+    for index in range(repeat):
+        for side in rotation(index):
+            gc.collect()
+            alone[side].append(trio.run(_latency_side, delegations, rate, seconds, side, sink))
+    off_runs = alone[OFF]
+    produced_seconds = sum(run.produced_seconds for run in off_runs)
+    fast_rate = sum(run.fast.size for run in off_runs) / max(produced_seconds, 1e-9)
     slow_rate = fast_rate * SLOW_FRACTION
     gc.collect()
     shared = trio.run(_latency, delegations, rate, seconds, slow_rate)
@@ -900,33 +1001,64 @@ def bench_sse(
     )
     print(header, file=out)
     print("-" * len(header), file=out)
-    for label, figures in (
-        ("fast viewer alone", alone),
-        ("fast viewer, with the slow viewer attached", shared),
+    for label, pooled in (
+        ("fast viewer alone", off_runs),
+        ("fast viewer, with the slow viewer attached", [shared]),
     ):
-        ms = [x * 1000 for x in figures.latencies]
+        ms = _latency_ms(pooled)
         print(
-            f"{label:<52} {figures.entries:>8,} {_percentile(ms, 0.5):>7.2f} "
+            f"{label:<52} {sum(r.entries for r in pooled):>8,} {_percentile(ms, 0.5):>7.2f} "
             f"{_percentile(ms, 0.99):>7.2f} {max(ms, default=math.nan):>7.2f}",
             file=out,
         )
-        if not figures.complete:
-            problems.append(f"LOST latency ({label}): the reader missed entries")
-    p99 = _percentile([x * 1000 for x in alone.latencies], 0.99)
+    for side, side_runs in alone.items():
+        if not all(run.complete for run in side_runs):
+            problems.append(f"LOST latency (fast viewer alone, tracing {side}): missed entries")
+    if not shared.complete:
+        problems.append("LOST latency (fast viewer, with the slow viewer): missed entries")
+    p99 = _percentile(_latency_ms(off_runs), 0.99)
+    entries = sum(run.entries for run in off_runs)
     print(
         f"goal: p99 < {GOAL_P99_MS:g} ms (fast viewer alone): "
         f"{'MET' if p99 < GOAL_P99_MS else 'NOT MET'} (p99 {p99:.2f} ms); produced "
-        f"{alone.entries / alone.produced_seconds:,.0f} entries/s "
-        f"over {alone.produced_seconds:.1f} s",
+        f"{entries / produced_seconds:,.0f} entries/s over {produced_seconds:.1f} s "
+        f"({len(off_runs)} run(s)); tracing off (on: the tracing table below)",
         file=out,
     )
     print(file=out, flush=True)
     problems += _print_slow(shared, out)
-    for problem in problems:
-        print(f"!! {problem}", file=out)
-    max_rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(f"max RSS of this process: {max_rss_kib / 1024:.1f} MiB", file=out, flush=True)
-    return 1 if any(p.startswith("LOST") for p in problems) else 0
+    print(file=out)
+
+    latency_ms = {side: _latency_ms(side_runs) for side, side_runs in alone.items()}
+    throughput_row = SideRow(
+        "throughput, events/s",
+        {side: _throughput_row(runs)[1] for side, runs in engine_sides.items()},
+        higher_is_better=True,
+    )
+    print_sides(
+        f"tracing off vs on (medians of {repeat}, sides interleaved)",
+        [
+            throughput_row,
+            *(
+                SideRow(
+                    f"latency {name} ms, fast viewer alone",
+                    {side: _percentile(ms, q) for side, ms in latency_ms.items()},
+                    higher_is_better=False,
+                    digits=2,
+                )
+                for name, q in (("p50", 0.5), ("p99", 0.99))
+            ),
+        ],
+        out,
+    )
+    print(goal_line(throughput_row, "throughput"), file=out)
+    print(ON_MEANS, file=out)
+    print(OFF_MEANS, file=out)
+    return problems
+
+
+def _latency_ms(runs: Sequence[_Latency]) -> list[float]:
+    return [x * 1000 for run in runs for x in run.latencies]
 
 
 def _encode_for_viewers(entries: Sequence[JournalEntry], viewers: int, share: bool) -> float:
