@@ -72,6 +72,18 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--fast", action="store_true", help="with --print: no pauses between chunks (tests, CI)"
     )
+    demo.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        help="log lines on stderr: text or json (JSON Lines) (default: text; with --print, "
+        "none unless given)",
+    )
+    demo.add_argument(
+        "--access-log",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="one log line per HTTP request to the page (default: off)",
+    )
 
     run = sub.add_parser(
         "run",
@@ -296,10 +308,19 @@ def _demo(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
-        return run_demo(as_json=args.json, fast=args.fast)
+        if args.access_log:
+            print(
+                "subagent-engine demo: --access-log logs the page's requests; --print serves no "
+                "page",
+                file=sys.stderr,
+            )
+            return 2
+        return run_demo(as_json=args.json, fast=args.fast, log_format=args.log_format)
     if args.json or args.fast:
         print("subagent-engine demo: --json and --fast go with --print", file=sys.stderr)
         return 2
+    logs = {"log_format": args.log_format, "access_log": args.access_log}
+    given.update((key, value) for key, value in logs.items() if value is not None)
     return demo_main(DemoOptions(**given))
 
 

@@ -23,6 +23,12 @@ are `subagent-engine a2a-serve` processes, the parents are `adapters.parents`'.
   `claude-code`); the messages repeat the spelling given.
 - `--print`: the terminal demo (`run_demo`): one run with two in-process subagents, its ordered
   event stream printed as it happens (one line per journal entry, or JSON lines).
+- Log lines go to stderr as `serve` writes them (`web.logs`): `--log-format text|json` (default
+  text), a line per run's and delegation's start and end, and with `--access-log` one per HTTP
+  request to the page; the remotes' token and `--api-key-env`'s key are redacted from every line.
+  The built-in remotes write their warnings in the same format. With `--print`, log lines are
+  written only when `--log-format` asks for them (the terminal shows the event stream). The demo
+  takes no configuration file, so it exports no traces (`[telemetry]` is `serve`'s).
 
 Child processes: each remote runs in its own process group with `--watch-stdin` (it exits when the
 demo's end of its stdin closes, so even a killed demo leaves none behind) and `--token-env
@@ -86,6 +92,7 @@ from web.config import (
     ServerEntry,
     api_key_problem,
 )
+from web.logs import LOG_FORMATS, AccessLog, configure_logging
 
 __all__ = [
     "ASKING_EXAMPLE",
@@ -151,7 +158,17 @@ async def _demo(as_json: bool, fast: bool, out: TextIO) -> None:
         await scripted_parent(run)
 
 
-def run_demo(*, as_json: bool = False, fast: bool = False, out: TextIO | None = None) -> int:
+def run_demo(
+    *,
+    as_json: bool = False,
+    fast: bool = False,
+    out: TextIO | None = None,
+    log_format: str | None = None,
+) -> int:
+    """`demo --print`: one run's events on `out`; with `log_format` (`LOG_FORMATS`), the log
+    lines of its start and end, and of each delegation's, on stderr too."""
+    if log_format is not None:
+        configure_logging(log_format, "INFO")
     trio.run(_demo, as_json, fast, out or sys.stdout)
     return 0
 
@@ -244,6 +261,10 @@ class DemoOptions:
     api_key_env: str | None = None
     #: Where the `claude` and `codex` binaries are (default: PATH).
     binary_dir: str | None = None
+    #: How log lines are written on stderr (`web.logs.LOG_FORMATS`: text, json).
+    log_format: str = "text"
+    #: One log line per HTTP request to the page.
+    access_log: bool = False
 
 
 @attrs.frozen
@@ -375,6 +396,8 @@ def plan_demo(
     Nothing starts and nothing is written here (`workdir` only names the remotes' files)."""
     env = os.environ if environ is None else environ
     problems: list[str] = []
+    if options.log_format not in LOG_FORMATS:
+        problems.append(f"--log-format {options.log_format}: use one of {', '.join(LOG_FORMATS)}")
     chosen_parent = _kind_of(options.parent)
     if chosen_parent is None:
         problems.append(f"--parent {options.parent}: use one of {parent_kinds_text()}")
@@ -452,6 +475,7 @@ def plan_demo(
                     *("--skill", f"{remote.key}={remote.description}"),
                     *("--host", "127.0.0.1", "--port", "0", "--watch-stdin"),
                     *("--token-env", REMOTE_TOKEN_ENV),
+                    *("--log-format", options.log_format),
                 ),
                 what=f"a2a-serve --parent {SCRIPTED} --script {remote.key} (demo.remote)",
             )
@@ -603,9 +627,9 @@ def _announce(
     out.flush()
 
 
-async def _serve_demo(plan: DemoPlan, out: TextIO) -> int:
-    """Start the remotes, serve the page until SIGINT/SIGTERM, stop everything. The exit status:
-    0, or `force_exit`'s after a second signal."""
+async def _serve_demo(plan: DemoPlan, out: TextIO, token: str) -> int:
+    """Start the remotes (`token`: the one they require), serve the page until SIGINT/SIGTERM,
+    stop everything. The exit status: 0, or `force_exit`'s after a second signal."""
     from web.page import bundled_page
     from web.server import (
         create_app,
@@ -619,9 +643,6 @@ async def _serve_demo(plan: DemoPlan, out: TextIO) -> int:
     serving = False
     forced = 0
     stop = trio.Event()
-    # The remotes' token lives in this process's memory and their environments only: not in
-    # os.environ, so a CLI parent started from here never sees it.
-    token = secrets.token_urlsafe(32)
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             everything = trio.CancelScope()
@@ -645,9 +666,11 @@ async def _serve_demo(plan: DemoPlan, out: TextIO) -> int:
                     except ConfigError as exc:
                         raise DemoStartError(str(exc)) from None
                     async with open_host(config, agents, parent) as (hosted, mcp):
-                        app = create_app(
+                        app: Any = create_app(
                             hosted, config, default_encoder_factory(), page=bundled_page()
                         )
+                        if plan.options.access_log:
+                            app = AccessLog(app)
                         async with serve_app(
                             app, host=plan.options.host, port=plan.options.port
                         ) as url:
@@ -684,13 +707,23 @@ def demo_main(options: DemoOptions, *, out: TextIO | None = None) -> int:
                 return 2
         for path, text in plan.files.items():
             Path(path).write_text(text, encoding="utf-8")
-        return run_plan(plan, out or sys.stdout)
+        token = _remote_token()
+        key = os.environ.get(options.api_key_env) if options.api_key_env else None
+        configure_logging(options.log_format, "INFO", secrets=[token, *filter(None, [key])])
+        return run_plan(plan, out or sys.stdout, token=token)
 
 
-def run_plan(plan: DemoPlan, out: TextIO) -> int:
-    """Run a checked plan until Ctrl-C or SIGTERM (0); 1 with the reason if it cannot start."""
+def _remote_token() -> str:
+    # The remotes' token lives in this process's memory and their environments only: not in
+    # os.environ, so a CLI parent started from here never sees it.
+    return secrets.token_urlsafe(32)
+
+
+def run_plan(plan: DemoPlan, out: TextIO, *, token: str | None = None) -> int:
+    """Run a checked plan until Ctrl-C or SIGTERM (0); 1 with the reason if it cannot start.
+    `token`: the one the remotes require (default: a new one)."""
     try:
-        status = trio.run(_serve_demo, plan, out)
+        status = trio.run(_serve_demo, plan, out, token or _remote_token())
     except Exception as exc:
         problem = _start_problem(exc, plan.options)
         if problem is None:

@@ -12,14 +12,14 @@ review" gets a question from the remote review agent, and every other prompt pla
 Options: `--script KEY` (a key of `demo.scripts.SCRIPTS`), `--name`, `--description`, `--skill
 NAME=DESCRIPTION` (repeatable), `--host` (default 127.0.0.1), `--port` (default 0: any free
 port), `--watch-stdin`, `--token-env NAME`, `--ask-timeout SECONDS`; as for `a2a-serve`. It
-prints `READY <port>` once it listens.
+prints `READY <port>` once it listens. `--log-format text|json` (`web.logs`) is the demo's: its
+warnings on stderr are written like the demo's own lines, its token redacted.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
 import signal
 import sys
@@ -34,6 +34,7 @@ from adapters.parents import SCRIPTED, ScriptedParent
 from demo.agents import asks_for_a_question
 from demo.scripts import ASKING_VARIANT, SCRIPTS
 from engine import Engine, Run
+from web.logs import LOG_FORMATS, configure_logging
 
 __all__ = ["PromptedScript", "main", "served_agent"]
 
@@ -76,6 +77,10 @@ async def _open_engine(requester: Requester) -> AsyncIterator[Engine]:
 
 def served_agent(argv: Sequence[str] | None = None) -> ServedParent:
     """The served agent the command line describes (exit 2 with usage for a bad one)."""
+    return _served(_arguments(argv))
+
+
+def _arguments(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m demo.remote", description=__doc__)
     parser.add_argument("--script", required=True, choices=sorted(SCRIPTS))
     parser.add_argument("--name", default="subagent-engine scripted")
@@ -86,6 +91,7 @@ def served_agent(argv: Sequence[str] | None = None) -> ServedParent:
     parser.add_argument("--watch-stdin", action="store_true")
     parser.add_argument("--token-env")
     parser.add_argument("--ask-timeout", type=float, default=600.0)
+    parser.add_argument("--log-format", choices=LOG_FORMATS, default="text")
     args = parser.parse_args(argv)
     token = os.environ.get(args.token_env) if args.token_env else None
     if args.token_env and not token:
@@ -95,6 +101,12 @@ def served_agent(argv: Sequence[str] | None = None) -> ServedParent:
     if token is None and not is_loopback(args.host):
         # As `a2a-serve`: beyond this machine, whoever reaches the port would drive the agent.
         parser.error(f"listening on {args.host} reaches beyond this machine: pass --token-env")
+    args.token = token
+    return args
+
+
+def _served(args: argparse.Namespace) -> ServedParent:
+    token: str | None = args.token
     key: str = args.script
     return ServedParent(
         name=args.name,
@@ -115,8 +127,9 @@ def served_agent(argv: Sequence[str] | None = None) -> ServedParent:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve until stdin closes (`--watch-stdin`) or SIGINT/SIGTERM; 0 after a clean stop."""
-    served = served_agent(argv)
-    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    args = _arguments(argv)
+    served = _served(args)
+    configure_logging(args.log_format, "WARNING", secrets=[args.token or ""])
     # uvicorn re-raises the SIGTERM/SIGINT it stopped on once it has shut down; with these
     # handlers in place that ends in a clean exit 0 rather than death by the signal.
     previous = {sig: signal.signal(sig, _stopped) for sig in (signal.SIGINT, signal.SIGTERM)}
