@@ -26,6 +26,12 @@ and `POST /agui` must carry as `Authorization: Bearer <token>`.
 Log lines go to stderr as `[logging]` (or `--log-format`, `--access-log`) says (`web.logs`): one
 per run's and delegation's start and end, one per request with the access log on, never a
 configured credential or the host token.
+
+With `[telemetry] enabled = true` the engine's spans go to an OTLP/HTTP collector
+(`web.telemetry.open_tracing`) for the process's life; the spans still batched when it stops are
+sent before it exits. A `headers_env` variable that is unset or unreadable is refused at start
+like the other credentials (exit code 2, the variable named, never its value), and its value is
+one of the secrets no log line shows.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ import contextlib
 import os
 import signal
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TextIO
 
@@ -59,6 +66,7 @@ from web.server import (
     serve_app,
 )
 from web.stores import StoreOpenError, describe_store
+from web.telemetry import collector_headers, open_tracing, telemetry_problem
 
 __all__ = ["drain_on_signal", "serve_main"]
 
@@ -113,7 +121,11 @@ async def _serve(
             forced = force_exit(everything, signum, out)
 
         async with (
-            open_host(config, agents, parent) as (run_host, endpoint),
+            open_tracing(config.telemetry) as tracer_provider,
+            open_host(config, agents, parent, tracer_provider=tracer_provider) as (
+                run_host,
+                endpoint,
+            ),
             contextlib.AsyncExitStack() as stack,
         ):
             metrics = None
@@ -170,6 +182,14 @@ def _announce(
     if config.metrics.enabled:
         guard = f"token in ${config.metrics.token_env}" if config.metrics.token_env else "no token"
         print(f"  metrics: {metrics_url or url}/metrics ({guard})", file=out)
+    telemetry = config.telemetry
+    if telemetry.enabled:
+        collector = urllib.parse.urlsplit(telemetry.endpoint)._replace(query="", fragment="")
+        print(
+            f"  traces: OTLP/HTTP to {collector.geturl()} "
+            f"(sample ratio {telemetry.sample_ratio:g})",
+            file=out,
+        )
     if config.server.token_env:
         print(
             f"  starting runs needs the host token in ${config.server.token_env}; "
@@ -211,6 +231,9 @@ def serve_main(
         checked = config.agent_specs() if config.agents else []
         host_token = check_exposure(config)
         metrics_token = config.metrics_token()
+        collector_problem = telemetry_problem(config.telemetry)
+        if collector_problem is not None:
+            raise ConfigError(config.source, None, "", collector_problem)
     except ConfigError as exc:
         print(f"subagent-engine serve: {exc}", file=sys.stderr)
         return 2
@@ -238,11 +261,16 @@ def serve_main(
 
 
 def _secrets(config: HostConfig, host_token: str | None, agents: list[AgentSpec]) -> list[str]:
-    """What no log line may show: the host token, every agent's credentials, the parent's key."""
+    """What no log line may show: the host token, every agent's credentials, the parent's key,
+    the trace collector's headers (the variable's value and each header's decoded value)."""
     found = [host_token or ""]
     found += [secret for spec in agents for secret in spec.all_secrets]
     if config.parent.api_key_env:
         found.append(os.environ.get(config.parent.api_key_env, ""))
+    if config.telemetry.enabled and config.telemetry.headers_env:
+        headers = os.environ.get(config.telemetry.headers_env, "")
+        found.append(headers)
+        found += collector_headers(headers).values()  # (read at start: `telemetry_problem`)
     return [secret for secret in found if secret]
 
 

@@ -80,14 +80,23 @@ import sys
 import threading
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from contextlib import aclosing, asynccontextmanager, contextmanager, nullcontext
 from typing import Any, Final, Protocol, TextIO, TypeVar
 
 import attrs
 import pydantic
 import trio
 from ag_ui.core import ResumeEntry, RunAgentInput, TextPart, UserMessage
+from opentelemetry.trace import TracerProvider
 from quart import Response, has_websocket_context, request, websocket
 from quart_trio import QuartTrio
 from werkzeug.exceptions import HTTPException
@@ -370,8 +379,18 @@ class RunHost:
         return max(1, math.ceil(self.replay_retention - (now - min(young))))
 
     async def start(
-        self, prompt: str, *, thread_id: str | None, agui_run_id: str | None, mode: str | None
+        self,
+        prompt: str,
+        *,
+        thread_id: str | None,
+        agui_run_id: str | None,
+        mode: str | None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
     ) -> HostedRun:
+        """Start a run of `prompt` and return once it is open. `traceparent` / `tracestate`:
+        the W3C trace context of the request that asked for it, which the run's span continues
+        when the engine traces (`Engine.open_run`; a value that does not parse is ignored)."""
         if self.draining:
             raise HttpError(
                 503,
@@ -398,14 +417,20 @@ class RunHost:
             agui_run_id=agui_run_id or run_id,
         )
         self._runs[run_id] = hosted
-        self.nursery.start_soon(self._drive, hosted, prompt, name=f"run {run_id}")
+        trace_context = (traceparent, tracestate)
+        self.nursery.start_soon(self._drive, hosted, prompt, trace_context, name=f"run {run_id}")
         await hosted.started.wait()
         if hosted.run is None:
             self._runs.pop(run_id, None)
             raise HttpError(503, "run_failed", hosted.error or "The run could not be started.")
         return hosted
 
-    async def _drive(self, hosted: HostedRun, prompt: str) -> None:
+    async def _drive(
+        self,
+        hosted: HostedRun,
+        prompt: str,
+        trace_context: tuple[str | None, str | None] = (None, None),
+    ) -> None:
         metadata = {"thread_id": hosted.thread_id}
         if hosted.agui_run_id != hosted.run_id:
             metadata["agui_run_id"] = hosted.agui_run_id
@@ -421,6 +446,8 @@ class RunHost:
                 thread_id=hosted.thread_id,
                 metadata=metadata,
                 attributes=attributes,
+                traceparent=trace_context[0],
+                tracestate=trace_context[1],
             ) as run:
                 hosted.run = run
                 hosted.started.set()
@@ -633,7 +660,7 @@ async def open_stream(
     preamble: Out | None = None,
     opening: Callable[[], list[Frame]] | None = None,
     closing: Callable[[Sequence[JournalEntry]], list[Frame] | None] | None = None,
-) -> AsyncIterator[Out]:
+) -> AsyncGenerator[Out, None]:
     """A viewer's stream: the journal after `after`, then live, ending after the run's terminal;
     each batch of entries translated once into frames by `encoder` and written by `write`
     (`sse_bytes`, `websocket_messages`). Checks the cursor before returning (bad cursors are
@@ -675,7 +702,7 @@ async def _stream(
     tail: JournalTail | None = None,
     opening: Callable[[], list[Frame]] | None = None,
     closing: Callable[[Sequence[JournalEntry]], list[Frame] | None] | None = None,
-) -> AsyncIterator[Out]:
+) -> AsyncGenerator[Out, None]:
     subscription: Subscription | JournalTail = tail or journal.subscribe(after)
     try:
         async with subscription:
@@ -715,6 +742,116 @@ async def _stream(
         # cursor (for a run of another node, answered 503 store_unavailable while the store
         # stays unreadable), rather than the connection being cut by an error.
         log.warning("run %s: a stream ended, the run store cannot be read: %r", journal.run_id, exc)
+
+
+#: Why a viewer's connection ended, as its span records it (`subagent.viewer.end`): the run's
+#: terminal was sent; the `POST /agui` stream stopped at an interrupt (the run waits for a
+#: resume); the stream stopped before the terminal (the journal could not be read on, and the
+#: viewer reconnects from its cursor); the connection closed first (the viewer left, or the
+#: listener dropped it); a WebSocket viewer sent more than the stream takes (closed 1008).
+VIEWER_ENDS: Final = ("run_ended", "interrupt", "cut", "disconnected", "refused_messages")
+
+
+class ViewerTrace:
+    """The span of one viewer's connection to a run this host runs (`subagent.viewer
+    <transport>`, `Run.traced`: a child of the run's span), from its first write to its close.
+
+    Its attributes are identifiers and counts: the run, the transport (`sse`, `websocket`,
+    `agui`), the mode and wire format, whether the stream resumed from a cursor (and which),
+    and at the end how many events it was sent and why it ended (`VIEWER_ENDS`); never a
+    token, a header or the URL's query. Made only when the engine traces (`viewer_trace`)."""
+
+    def __init__(self, run: Run, transport: str, attributes: Mapping[str, Any]) -> None:
+        self.run = run
+        self.transport = transport
+        self.attributes = attributes
+        #: Events written to the viewer so far.
+        self.events = 0
+        #: Why the connection ended (one of `VIEWER_ENDS`), once known.
+        self.end: str | None = None
+
+    def counting(self, write: Callable[[list[Frame]], Out]) -> Callable[[list[Frame]], Out]:
+        """`write` (`sse_bytes`), counting the events it writes."""
+
+        def counted(frames: list[Frame]) -> Out:
+            self.events += len(frames)
+            return write(frames)
+
+        return counted
+
+    @contextmanager
+    def span(self) -> Iterator[None]:
+        """The connection's span, open for the block; on leaving it records what was sent and
+        why it ended (`disconnected` unless the block said otherwise)."""
+        name = f"subagent.viewer {self.transport}"
+        with self.run.traced(name, kind="server", attributes=self.attributes) as span:
+            try:
+                yield
+            finally:
+                span.set_attributes(
+                    {
+                        "subagent.viewer.events": self.events,
+                        "subagent.viewer.end": self.end or "disconnected",
+                    }
+                )
+
+    async def traced(self, body: AsyncGenerator[Out, None]) -> AsyncGenerator[Out, None]:
+        """`body` (an SSE response body) inside the connection's span; closes `body` when it is
+        closed (Quart closes a response body in the request's task, so the span's context is
+        entered and left in that one task). A viewer that goes away ends the span as
+        `disconnected`, which is not a failure of the span's work."""
+        with self.span():
+            async with aclosing(body):
+                try:
+                    async for chunk in body:
+                        yield chunk
+                except GeneratorExit:
+                    self.end = "disconnected"
+                    return
+                self.finished()
+
+    def finished(self) -> None:
+        """The stream came to its end: after the run's terminal, or cut before it."""
+        if self.end is None:
+            self.end = "run_ended" if self.run.journal.ended else "cut"
+
+
+def viewer_trace(
+    host: RunHost,
+    hosted: HostedRun,
+    transport: str,
+    *,
+    mode: str,
+    wire_format: str,
+    after: int | None,
+) -> ViewerTrace | None:
+    """The span of a viewer's connection to `hosted` (`ViewerTrace`), or None: when the engine
+    does not trace (so an untraced server does nothing more per viewer than this test), and for
+    a run this host does not run (another node's, or an earlier process's: the archive keeps no
+    trace context of its run, so there is no run span to be a child of)."""
+    if not host.engine.tracing.enabled or hosted.run is None or hosted.archived_journal is not None:
+        return None
+    attributes: dict[str, Any] = {
+        "subagent.viewer.transport": transport,
+        "subagent.viewer.mode": mode,
+        "subagent.viewer.format": wire_format,
+        "subagent.viewer.resumed": after is not None,
+    }
+    if after is not None:
+        attributes["subagent.viewer.after_cursor"] = after
+    return ViewerTrace(hosted.run, transport, attributes)
+
+
+def _trace_context(headers: Any) -> tuple[str | None, str | None]:
+    """The W3C trace context a request carries (https://www.w3.org/TR/trace-context/, the
+    `traceparent` and `tracestate` headers): its one `traceparent` (two name no single parent,
+    so neither is used) and its `tracestate` headers joined into one list, as the specification
+    asks of repeated ones. What does not parse is the engine's to ignore (`Engine.open_run`)."""
+    parents = headers.getlist("traceparent")
+    if len(parents) != 1:
+        return None, None
+    states = headers.getlist("tracestate")
+    return parents[0], ",".join(states) if states else None
 
 
 def create_app(
@@ -813,29 +950,46 @@ def create_app(
             await request.get_data(cache=False, as_text=False, parse_form_data=False)
         )
 
+    def trace_context() -> tuple[str | None, str | None]:
+        """The request's W3C trace context, for the run it starts (read only when tracing)."""
+        if not host.engine.tracing.enabled:
+            return None, None
+        return _trace_context(request.headers)
+
     async def start_hosted() -> HostedRun:
         require_host_token()
         prompt, thread_id, agui_run_id, mode = _read_run_input(
             await read_json(), request.args.get("mode")
         )
         _format(request.args.get("format"))  # refused before the run starts
-        return await host.start(prompt, thread_id=thread_id, agui_run_id=agui_run_id, mode=mode)
+        traceparent, tracestate = trace_context()
+        return await host.start(
+            prompt,
+            thread_id=thread_id,
+            agui_run_id=agui_run_id,
+            mode=mode,
+            traceparent=traceparent,
+            tracestate=tracestate,
+        )
 
     async def sse_stream(
-        hosted: HostedRun, after: int | None, encoder: StreamEncoder
-    ) -> AsyncIterator[bytes]:
+        hosted: HostedRun,
+        after: int | None,
+        encoder: StreamEncoder,
+        write: Callable[[list[Frame]], bytes] = sse_bytes,
+    ) -> AsyncGenerator[bytes, None]:
         return await open_stream(
             host,
             hosted,
             after,
             encoder,
-            sse_bytes,
+            write,
             keepalive=keepalive,
             idle=KEEPALIVE,
             preamble=retry_field,
         )
 
-    def sse_response(hosted: HostedRun, body: AsyncIterator[bytes]) -> Response:
+    def sse_response(hosted: HostedRun, body: AsyncIterable[bytes]) -> Response:
         response = Response(body, content_type="text/event-stream")
         response.headers["cache-control"] = "no-cache"
         response.headers["x-accel-buffering"] = "no"
@@ -859,10 +1013,21 @@ def create_app(
                 raise HttpError(400, "bad_resume", "A resumed stream is AG-UI (no ?format=).")
             return await resume_agui(document, resume, thread_id, agui_run_id)
         host.refuse_unanswered(thread_id)
-        hosted = await host.start(prompt, thread_id=thread_id, agui_run_id=agui_run_id, mode=mode)
+        traceparent, tracestate = trace_context()
+        hosted = await host.start(
+            prompt,
+            thread_id=thread_id,
+            agui_run_id=agui_run_id,
+            mode=mode,
+            traceparent=traceparent,
+            tracestate=tracestate,
+        )
         encoder = _encoder(encoder_factory, hosted, hosted.mode, wire_format)
         interrupting = _interrupting(document, hosted.mode, encoder)
-        response = await agui_stream(hosted, None, encoder, interrupting)
+        viewer = viewer_trace(
+            host, hosted, "agui", mode=hosted.mode, wire_format=wire_format, after=None
+        )
+        response = await agui_stream(hosted, None, encoder, interrupting, viewer)
         # The caller started the run and needs its token to watch it again after a drop.
         response.headers["x-viewer-token"] = hosted.viewer_token
         return response
@@ -915,9 +1080,12 @@ def create_app(
         new_run_id = agui_run_id or f"{hosted.agui_run_id}-resume-{resumes}"
         resumed = ResumedEncoder(encoder, suspension, new_run_id)
         interrupting = _interrupting(document, hosted.mode, encoder)
+        viewer = viewer_trace(
+            host, hosted, "agui", mode=hosted.mode, wire_format="agui", after=suspension.cursor
+        )
         try:
             return await agui_stream(
-                hosted, suspension.cursor, resumed, interrupting, opening=resumed.opening
+                hosted, suspension.cursor, resumed, interrupting, viewer, opening=resumed.opening
             )
         except RunOver:
             raise HttpError(404, "no_live_run", "The run ended before its resume.") from None
@@ -927,13 +1095,15 @@ def create_app(
         after: int | None,
         encoder: StreamEncoder,
         interrupting: AguiStreamEncoder | None,
+        viewer: ViewerTrace | None,
         *,
         opening: Callable[[], list[Frame]] | None = None,
     ) -> Response:
         """A `POST /agui` answer: the run's stream after `after`, ending at the run's terminal
         or, when `interrupting` (the stream's AG-UI encoder) is given, at the first open
         question it shows (`AguiStreamEncoder.suspend`; the run goes on and waits for a
-        resume). The client closing it early stops the run (AG-UI's way to abort)."""
+        resume). The client closing it early stops the run (AG-UI's way to abort). `viewer`:
+        the connection's span, when traced."""
         token = object()
         suspended = False
 
@@ -949,6 +1119,8 @@ def create_app(
                 return None
             hosted.agui_suspensions.append(AguiSuspension(batch[-1].cursor, tuple(asked)))
             hosted.agui_paused = suspended = True
+            if viewer is not None:
+                viewer.end = "interrupt"
             if hosted.agui_stream is token:
                 hosted.agui_stream = None
             return frames
@@ -958,7 +1130,7 @@ def create_app(
             hosted,
             after,
             encoder,
-            sse_bytes,
+            viewer.counting(sse_bytes) if viewer is not None else sse_bytes,
             keepalive=keepalive,
             idle=KEEPALIVE,
             preamble=retry_field,
@@ -966,7 +1138,7 @@ def create_app(
             closing=at_interrupt if interrupting is not None else None,
         )
 
-        async def body() -> AsyncIterator[bytes]:
+        async def body() -> AsyncGenerator[bytes, None]:
             finished = False
             hosted.agui_stream = token
             try:
@@ -981,7 +1153,7 @@ def create_app(
                     # interrupt it was sent: the run waits for the resume).
                     host.stop(hosted, "The client closed the run's stream.")
 
-        return sse_response(hosted, body())
+        return sse_response(hosted, viewer.traced(body()) if viewer is not None else body())
 
     @app.post("/runs")
     async def start_run() -> Response:
@@ -1003,16 +1175,23 @@ def create_app(
         hosted = await host.find(run_id, token)
         after = parse_cursor(request.headers.get("last-event-id") or request.args.get("after"))
         mode = _mode(request.args.get("mode"), hosted.mode)
-        encoder = _encoder(encoder_factory, hosted, mode, request.args.get("format"))
+        wire_format = _format(request.args.get("format"))
+        encoder = _encoder(encoder_factory, hosted, mode, wire_format)
+        viewer = None
+        if request.method != "HEAD":
+            viewer = viewer_trace(
+                host, hosted, "sse", mode=mode, wire_format=wire_format, after=after
+            )
+        write = viewer.counting(sse_bytes) if viewer is not None else sse_bytes
         try:
-            stream = await sse_stream(hosted, after, encoder)
+            stream = await sse_stream(hosted, after, encoder, write)
         except RunOver:
             # 204 tells an EventSource to stop reconnecting (HTML standard, "server-sent
             # events", section 9.2.3: any status but 200 fails the connection for good).
             return Response(b"", status=204)
         if request.method == "HEAD":
             return sse_response(hosted, _empty())
-        return sse_response(hosted, stream)
+        return sse_response(hosted, viewer.traced(stream) if viewer is not None else stream)
 
     @app.get("/runs/<run_id>/audit")
     async def audit(run_id: str) -> Response:
@@ -1088,10 +1267,14 @@ def create_app(
             hosted = await host.find(run_id, token)
             after = parse_cursor(websocket.args.get("after"))
             mode = _mode(websocket.args.get("mode"), hosted.mode)
-            encoder = _encoder(encoder_factory, hosted, mode, websocket.args.get("format"))
-            stream = await open_stream(
-                host, hosted, after, encoder, websocket_messages, keepalive=keepalive
+            wire_format = _format(websocket.args.get("format"))
+            encoder = _encoder(encoder_factory, hosted, mode, wire_format)
+            viewer = viewer_trace(
+                host, hosted, "websocket", mode=mode, wire_format=wire_format, after=after
             )
+            one_each = websocket_messages
+            write = viewer.counting(one_each) if viewer is not None else one_each
+            stream = await open_stream(host, hosted, after, encoder, write, keepalive=keepalive)
         except RunOver:
             await websocket.accept()
             await websocket.close(1000)
@@ -1104,12 +1287,17 @@ def create_app(
             await websocket.close(4000 + exc.status % 1000)
             return
         await websocket.accept()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_discard_messages, nursery.cancel_scope)
-            async for messages in stream:
-                for message in messages:
-                    await websocket.send(message)
-            nursery.cancel_scope.cancel()
+        with viewer.span() if viewer is not None else nullcontext():
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_discard_messages, nursery.cancel_scope)
+                async for messages in stream:
+                    for message in messages:
+                        await websocket.send(message)
+                if viewer is not None:
+                    viewer.finished()
+                nursery.cancel_scope.cancel()
+            if viewer is not None and viewer.end is None:
+                viewer.end = "refused_messages"  # (`_discard_messages` closed it)
         await websocket.close(1000)
 
     @app.get("/runs/<run_id>/artifacts/<delegation_id>/<artifact_id>")
@@ -1536,17 +1724,25 @@ async def open_host(
     parent_factory: Callable[[], ParentAgent],
     *,
     mcp_settings: Mapping[str, Any] | None = None,
+    tracer_provider: TracerProvider | None = None,
 ) -> AsyncIterator[tuple[RunHost, Any]]:
     """The engine (keeping runs in the store `config.store` names, `web.stores`), its MCP
     endpoint and a `RunHost`, all closed (runs cancelled) on exit. `StoreOpenError` when the
-    store cannot be used."""
+    store cannot be used. `tracer_provider`: what records the engine's spans (`web.telemetry`;
+    None: nothing is traced)."""
     from adapters.mcp import DelegationEndpoint
 
     settings = {"shortcuts": config.shortcuts, **(mcp_settings or {})}
     async with (
         open_store(config.store) as store,
         DelegationEndpoint(**settings).serve() as endpoint,
-        Engine(agents, limits=config.limits, endpoints=endpoint, archive=store.archive) as engine,
+        Engine(
+            agents,
+            limits=config.limits,
+            endpoints=endpoint,
+            archive=store.archive,
+            tracer_provider=tracer_provider,
+        ) as engine,
         trio.open_nursery() as nursery,
     ):
         host = RunHost(
