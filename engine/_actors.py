@@ -164,6 +164,7 @@ class Engine:
                     policy=self.retention_policy,
                     reason=ErrorCode.INTERRUPTED,
                     message="The process serving this run stopped before the run ended.",
+                    tracing=self.tracing,
                 )
                 self.stats.recovered(self.recovered)
         except BaseException:

@@ -26,6 +26,8 @@ from collections.abc import Callable
 
 import attrs
 import trio
+from opentelemetry import context as otel_context
+from opentelemetry import trace
 
 from engine._archive import DelegationAudit, RunArchive, RunRecord
 from engine._events import DelegationEvent, Kind
@@ -34,6 +36,7 @@ from engine._registry import Registry
 from engine._results import DelegationError, DelegationResult, RemoteCancel, Status
 from engine._store import RetentionPolicy
 from engine._targets import RemoteTaskRef
+from engine._tracing import Tracing
 
 __all__ = ["RecoveredDelegation", "RecoveredRun", "recover_run", "recover_runs"]
 
@@ -76,6 +79,7 @@ async def recover_runs(
     message: str,
     node: str | None = None,
     policy: RetentionPolicy | None = None,
+    tracing: Tracing | None = None,
 ) -> list[RecoveredRun]:
     """End every live run of `node` in `archive` (None: this archive's own node), all at
     once. Returns what was ended; a run that cannot be read or written is logged and left
@@ -93,6 +97,7 @@ async def recover_runs(
                 reason=reason,
                 message=message,
                 policy=policy,
+                tracing=tracing,
             )
         except OSError as exc:
             log.error("run %s could not be recovered: %r", record.run_id, exc)
@@ -123,8 +128,51 @@ async def recover_run(
     reason: str,
     message: str,
     policy: RetentionPolicy | None = None,
+    tracing: Tracing | None = None,
 ) -> RecoveredRun:
-    """End one live run of `archive` (see the module docstring)."""
+    """End one live run of `archive` (see the module docstring). With `tracing`, a span
+    `subagent.recovery` (a trace of its own) holds the remote cancels it sends."""
+    tracing = tracing or Tracing()
+    span = tracing.start(
+        "subagent.recovery",
+        parent=otel_context.Context(),  # not a child of whatever the caller traces
+        attributes={"subagent.run_id": record.run_id, "subagent.recovery_reason": reason},
+    )
+    try:
+        done = await _recover_run(
+            archive,
+            registry,
+            record,
+            clock=clock,
+            reason=reason,
+            message=message,
+            policy=policy,
+            tracing=tracing,
+            span=span,
+        )
+    except BaseException as exc:
+        if span.is_recording():
+            span.set_status(trace.Status(trace.StatusCode.ERROR, type(exc).__name__))
+        raise
+    finally:
+        span.end()
+    if span.is_recording():
+        span.set_attribute("subagent.delegations", len(done.delegations))
+    return done
+
+
+async def _recover_run(
+    archive: RunArchive,
+    registry: Registry,
+    record: RunRecord,
+    *,
+    clock: Callable[[], float],
+    reason: str,
+    message: str,
+    policy: RetentionPolicy | None,
+    tracing: Tracing,
+    span: trace.Span,
+) -> RecoveredRun:
     run_id = record.run_id
     store = archive.journal_store(run_id, policy or RetentionPolicy())
     head = await archive.head(run_id)
@@ -156,7 +204,7 @@ async def recover_run(
 
     async def cancel(delegation_id: str, start: DelegationEvent) -> None:
         outcomes[delegation_id] = await _cancel_remote(
-            registry, run_id, delegation_id, start, audits.get(delegation_id)
+            registry, run_id, delegation_id, start, audits.get(delegation_id), tracing, span
         )
 
     async with trio.open_nursery() as nursery:
@@ -233,6 +281,8 @@ async def _cancel_remote(
     delegation_id: str,
     start: DelegationEvent,
     audit: DelegationAudit | None,
+    tracing: Tracing,
+    span: trace.Span,
 ) -> str:
     """Cancel the remote task of an open delegation from its journaled ids (bounded; never
     raises): the `RemoteCancel` outcome."""
@@ -251,10 +301,20 @@ async def _cancel_remote(
         remote_context_id=context_id,
     )
     timeout = spec.policy.cancel_timeout or _DEFAULT_CANCEL_TIMEOUT
-    with trio.move_on_after(timeout):
-        try:
-            return await spec.target.cancel_remote(ref)
-        except Exception as exc:
-            log.warning("delegation %s: cancelling its remote task failed: %r", delegation_id, exc)
-            return RemoteCancel.PENDING
-    return RemoteCancel.PENDING
+    outcome = RemoteCancel.PENDING
+    attributes = {
+        "subagent.delegation_id": delegation_id,
+        "subagent.agent": key,
+        "subagent.remote_task_id": task_id or "",
+        "subagent.remote_context_id": context_id or "",
+    }
+    with tracing.remote_call(span, spec.protocol, "cancel", attributes) as call:
+        with trio.move_on_after(timeout):
+            try:
+                outcome = await spec.target.cancel_remote(ref)
+            except Exception as exc:
+                log.warning(
+                    "delegation %s: cancelling its remote task failed: %r", delegation_id, exc
+                )
+        call.set_attribute("subagent.remote_cancel", outcome)
+    return outcome

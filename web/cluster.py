@@ -109,6 +109,7 @@ async def _watch_lost_nodes(host: NodeHost, archive: SharedRunArchive) -> None:
                     message=f"The server node {node!r} running this run stopped answering.",
                     node=node,
                     policy=engine.retention_policy,
+                    tracing=engine.tracing,
                 )
                 engine.stats.recovered(ended)
                 log.warning("node %s lost its lease: ended its %d live run(s)", node, len(ended))

@@ -16,6 +16,7 @@ import trio.testing
 
 from engine import MemoryRunArchive, RunRecord
 from engine._stats import EngineStats
+from engine._tracing import Tracing
 from web.cluster import _watch_lost_nodes
 
 LEASE = 2.0
@@ -40,7 +41,11 @@ class ScriptedLeases(MemoryRunArchive):
 
 def _host() -> Any:
     engine = SimpleNamespace(
-        registry=[], clock=trio.current_time, retention_policy=None, stats=EngineStats()
+        registry=[],
+        clock=trio.current_time,
+        retention_policy=None,
+        stats=EngineStats(),
+        tracing=Tracing(),
     )
     return SimpleNamespace(engine=engine)
 

@@ -340,3 +340,40 @@ async def test_an_adapter_names_the_protocol_methods_a_remote_call_used(
     attributes = dict(call.attributes or {})
     assert (attributes["rpc.system"], attributes["rpc.method"]) == ("a2a", "CancelTask")
     assert [event.name for event in call.events] == ["CancelTask", "GetTask"]
+
+
+async def test_recovery_traces_each_remote_cancel_it_sends_for_a_run_a_dead_process_left(
+    provider: TracerProvider, exporter: InMemorySpanExporter, tmp_path: Any
+) -> None:
+    from adapters.sqlite_archive import open_sqlite_archive
+    from engine import DelegationEvent, JournalEntry, RunRecord
+
+    target = ScriptedTarget()
+    async with open_sqlite_archive(tmp_path / "runs.sqlite3", node="node-a") as archive:
+        await archive.open_run(RunRecord(run_id="run-dead", started_at=1.0, node="node-a"))
+        store = archive.journal_store("run-dead", Engine().retention_policy)
+        events = [
+            DelegationEvent(kind=Kind.RUN_STARTED, run_id="run-dead"),
+            DelegationEvent(
+                kind=Kind.STARTED,
+                run_id="run-dead",
+                delegation_id="d1",
+                agent_key="remote",
+                protocol="a2a",
+                remote_task_id="t-1",
+            ),
+        ]
+        await store.append([JournalEntry(event, n) for n, event in enumerate(events, 1)])
+        engine = Engine([spec(target)], archive=archive, tracer_provider=provider)
+        async with engine:
+            assert [r.run_id for r in engine.recovered] == ["run-dead"]
+    assert [ref.remote_task_id for ref in target.remote_cancels] == ["t-1"]
+    spans = by_name(exporter.get_finished_spans())
+    recovery = spans["subagent.recovery"]
+    cancel = next(s for name, s in spans.items() if name.endswith(" cancel"))
+    assert recovery.parent is None
+    assert dict(recovery.attributes or {})["subagent.recovery_reason"] == ErrorCode.INTERRUPTED
+    assert parent_of(cancel) == span_id(recovery)
+    attributes = dict(cancel.attributes or {})
+    assert attributes["subagent.remote_task_id"] == "t-1"
+    assert attributes["subagent.remote_cancel"] == "confirmed"
