@@ -55,6 +55,12 @@ out when the run is idle.
 CORS is closed unless origins are configured. Once a server is up it freezes its startup
 objects out of the garbage collector's walks (`freeze_startup_objects`).
 
+Traces, when the engine has a tracer provider (`open_host(tracer_provider=...)`, `[telemetry]`):
+a run started by `POST /agui` or `POST /runs` continues the request's W3C `traceparent` /
+`tracestate` (https://www.w3.org/TR/trace-context/; a value that does not parse is ignored and
+the request goes on), and each viewer's connection is a span under its run's (`ViewerTrace`).
+An engine that does not trace reads no trace header and makes nothing per viewer.
+
 Shutdown (`RunHost.drain`, what `serve` and `demo` do on SIGINT/SIGTERM) goes in order, with the
 listener still open: new runs are refused (`POST /runs`, `POST /agui`: 503 `shutting_down` with
 `Retry-After`), every live run is cancelled with the reason `SHUTDOWN_REASON` (its delegations'
