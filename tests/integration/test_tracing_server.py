@@ -41,7 +41,7 @@ from adapters.agui import AguiAgentConfig, AguiTarget, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
 from cli.serve import serve_main
-from engine import AgentSpec
+from engine import AgentSpec, DelegationPolicy, InputRequiredMode
 from tests.helpers import REPO_ROOT
 from tests.helpers.otlp import otlp_receiver
 from web.config import parse_config
@@ -371,6 +371,59 @@ async def test_a_viewer_that_leaves_ends_its_span_as_disconnected_not_failed() -
     assert attributes["subagent.viewer.end"] == "disconnected"
     assert attributes["subagent.viewer.events"] >= 1
     assert viewer.status.status_code == trace.StatusCode.UNSET
+
+
+async def test_an_interrupted_agui_stream_and_its_resume_are_two_viewer_spans_of_one_run() -> None:
+    provider, spans = recording()
+    schema = {"type": "object", "properties": {"year": {"type": "integer"}}, "required": ["year"]}
+
+    async def asker(task: LocalTask) -> str:
+        reply = await task.ask("Which year?", schema=schema)
+        return f"Checked {(reply.data or {}).get('year')}."
+
+    specs = [
+        AgentSpec(
+            key="research",
+            target=InProcessTarget(asker),
+            policy=DelegationPolicy(input_required=InputRequiredMode.SURFACE),
+        ),
+        AgentSpec(key="review", target=InProcessTarget(review)),
+    ]
+    async with server(provider, specs) as (base, _), httpx.AsyncClient(timeout=30) as http:
+        first = await http.post(
+            f"{base}/agui", json=RUN_INPUT, headers={"traceparent": TRACEPARENT}
+        )
+        assert first.status_code == 200, first.content
+        interrupted = parse_sse(first.content)
+        outcome = interrupted[-1][1]["outcome"]
+        assert outcome["type"] == "interrupt"
+        (interrupt,) = outcome["interrupts"]
+        resume = {
+            **RUN_INPUT,
+            "resume": [
+                {"interruptId": interrupt["id"], "status": "resolved", "payload": {"year": 1999}}
+            ],
+        }
+        second = await http.post(f"{base}/agui", json=resume)  # no traceparent: the run's trace
+        assert second.status_code == 200, second.content
+        resumed = parse_sse(second.content)
+        assert resumed[-1][1]["type"] == "RUN_FINISHED"
+        (run_span,) = await spans.wait_for("subagent.run")
+        viewers = await spans.wait_for("subagent.viewer agui", 2)
+    suspension = max(cursor for cursor, _ in interrupted if cursor is not None)
+    before, after = sorted(viewers, key=lambda span: span.start_time or 0)
+    for viewer in (before, after):
+        assert parent_id(viewer) == span_id(run_span)
+        assert trace_id(viewer) == int(TRACE, 16)
+    first_attributes = dict(before.attributes or {})
+    assert first_attributes["subagent.viewer.end"] == "interrupt"
+    assert first_attributes["subagent.viewer.resumed"] is False
+    assert first_attributes["subagent.viewer.events"] == len(interrupted)
+    second_attributes = dict(after.attributes or {})
+    assert second_attributes["subagent.viewer.end"] == "run_ended"
+    assert second_attributes["subagent.viewer.resumed"] is True
+    assert second_attributes["subagent.viewer.after_cursor"] == suspension
+    assert second_attributes["subagent.viewer.events"] == len(resumed)
 
 
 @pytest.mark.parametrize(
