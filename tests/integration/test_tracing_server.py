@@ -20,7 +20,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -41,11 +41,11 @@ from adapters.agui import AguiAgentConfig, AguiTarget, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
 from cli.serve import serve_main
-from engine import AgentSpec, DelegationPolicy, InputRequiredMode
+from engine import AgentSpec, DelegationPolicy, Engine, InputRequiredMode
 from tests.helpers import REPO_ROOT
 from tests.helpers.otlp import otlp_receiver
 from web.config import parse_config
-from web.server import create_app, default_encoder_factory, open_host, serve_app
+from web.server import ViewerTrace, create_app, default_encoder_factory, open_host, serve_app
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_SPAN = "00f067aa0ba902b7"
@@ -424,6 +424,36 @@ async def test_an_interrupted_agui_stream_and_its_resume_are_two_viewer_spans_of
     assert second_attributes["subagent.viewer.resumed"] is True
     assert second_attributes["subagent.viewer.after_cursor"] == suspension
     assert second_attributes["subagent.viewer.events"] == len(resumed)
+
+
+async def test_a_body_closed_at_a_write_ends_its_viewer_span_as_disconnected_not_failed() -> None:
+    """The other way a viewer leaves: the server closes the response body while it waits to
+    write (`aclose` at the `yield`), not while it waits for the run's next events."""
+    provider, spans = recording()
+    closed = trio.Event()
+
+    async def body() -> AsyncGenerator[bytes, None]:
+        try:
+            yield b"one"
+            yield b"two"
+        finally:
+            closed.set()
+
+    async with Engine([], tracer_provider=provider) as engine, engine.open_run() as run:
+        viewer = ViewerTrace(run, "sse", {"subagent.viewer.transport": "sse"})
+        stream = viewer.traced(body())
+        assert await stream.__anext__() == b"one"
+        viewer.events = 1
+        await stream.aclose()
+        assert closed.is_set()  # the body beneath was closed with it
+    (span,) = spans.named("subagent.viewer sse")
+    assert span.status.status_code == trace.StatusCode.UNSET
+    assert dict(span.attributes or {}) == {
+        "subagent.run_id": run.run_id,
+        "subagent.viewer.transport": "sse",
+        "subagent.viewer.events": 1,
+        "subagent.viewer.end": "disconnected",
+    }
 
 
 @pytest.mark.parametrize(
