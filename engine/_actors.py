@@ -1179,9 +1179,8 @@ class DelegationActor:
             "subagent.remote_context_id": state.remote_context_id,
             "subagent.card_fingerprint": state.card_fingerprint,
         }
-        if not ended:
+        if not ended:  # the agent's key is on the delegation's span, the call's parent
             values["subagent.delegation_id"] = self.delegation_id
-            values["subagent.agent"] = self.spec.key
         return {key: value for key, value in values.items() if value}
 
     async def _on_update(self, update: TargetUpdate) -> None:
