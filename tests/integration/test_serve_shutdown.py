@@ -24,11 +24,12 @@ from typing import Any
 import httpx
 import pytest
 import trio
-from trio_websocket import ConnectionClosed, open_websocket_url
+from trio_websocket import ConnectionClosed
 
 from adapters.agui import check_frames, parse_sse
 from tests.helpers import REPO_ROOT
 from tests.helpers.peers import A2AFaultyServer
+from tests.helpers.websocket import open_websocket
 from web.config import StoreEntry
 from web.server import FORCED_EXIT_SECONDS, SHUTDOWN_REASON
 from web.stores import open_store
@@ -147,7 +148,7 @@ async def agui_stream(client: httpx.AsyncClient, url: str, prompt: str, capture:
 
 async def ws_viewer(url: str, capture: Capture) -> None:
     try:
-        async with open_websocket_url(url) as ws:
+        async with open_websocket(url) as ws:
             while True:
                 try:
                     message = json.loads(await ws.get_message())
