@@ -1,4 +1,4 @@
-"""Session fixtures shared by all tests."""
+"""Fixtures shared by all tests: session servers, and a recording tracer provider."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import tempfile
 from collections.abc import Iterator
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from tests.helpers import REPO_ROOT
 from tests.helpers.peers import A2AFaultyServer
@@ -49,3 +52,19 @@ def a2a_server() -> Iterator[A2AFaultyServer]:
             yield server
         finally:
             server._http.close()
+
+
+@pytest.fixture
+def span_exporter() -> Iterator[InMemorySpanExporter]:
+    """What a traced engine recorded (the OpenTelemetry SDK's in-memory exporter)."""
+    found = InMemorySpanExporter()
+    yield found
+    found.clear()
+
+
+@pytest.fixture
+def tracer_provider(span_exporter: InMemorySpanExporter) -> TracerProvider:
+    """A tracer provider recording every span, as it ends, into `span_exporter`."""
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+    return provider

@@ -9,7 +9,7 @@ exporter given to the engine as its tracer provider.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -20,7 +20,6 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from adapters._asyncgens import closing_abandoned_generators
@@ -38,20 +37,6 @@ TOOL_SPAN = "tools/call delegate_to_agent"
 DELEGATION_SPAN = "subagent.delegation research"
 
 Call = Callable[..., Awaitable[Any]]
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    found = InMemorySpanExporter()
-    yield found
-    found.clear()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> TracerProvider:
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return tracer_provider
 
 
 @asynccontextmanager
@@ -84,14 +69,16 @@ def parent(request: pytest.FixtureRequest) -> Any:
 
 
 async def call_once(
-    provider: TracerProvider | None, parent: Any, *calls: tuple[str, dict[str, Any], Any]
+    tracer_provider: TracerProvider | None, parent: Any, *calls: tuple[str, dict[str, Any], Any]
 ) -> tuple[str, list[types.CallToolResult]]:
     """Open a traced run on an endpoint, make `calls` (tool, arguments, `_meta`) through the
     parent's client, close the run; its id and the results."""
     results = []
     async with (
         DelegationEndpoint().serve() as endpoint,
-        Engine([local_agent("research")], endpoints=endpoint, tracer_provider=provider) as eng,
+        Engine(
+            [local_agent("research")], endpoints=endpoint, tracer_provider=tracer_provider
+        ) as eng,
         eng.open_run() as run,
         parent(run) as call,
     ):
@@ -116,22 +103,22 @@ def hex_parent(span: ReadableSpan) -> str | None:
     return format(span.parent.span_id, "016x") if span.parent is not None else None
 
 
-def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    return [span for span in exporter.get_finished_spans() if span.name == name]
+def named(span_exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [span for span in span_exporter.get_finished_spans() if span.name == name]
 
 
 async def test_a_tool_call_continues_the_callers_trace_and_parents_its_delegation(
-    provider: TracerProvider, exporter: InMemorySpanExporter, parent: Any
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, parent: Any
 ) -> None:
     meta = {"traceparent": CALLER_PARENT, "tracestate": "vendor=1", "callId": "call_7"}
     run_id, [result] = await call_once(
-        provider, parent, ("delegate_to_agent", call_args("research"), meta)
+        tracer_provider, parent, ("delegate_to_agent", call_args("research"), meta)
     )
     assert not result.is_error, result
-    [run_span] = named(exporter, "subagent.run")
-    [tool] = named(exporter, TOOL_SPAN)
-    [delegation] = named(exporter, DELEGATION_SPAN)
-    [start] = [s for s in exporter.get_finished_spans() if s.name.endswith(" start")]
+    [run_span] = named(span_exporter, "subagent.run")
+    [tool] = named(span_exporter, TOOL_SPAN)
+    [delegation] = named(span_exporter, DELEGATION_SPAN)
+    [start] = [s for s in span_exporter.get_finished_spans() if s.name.endswith(" start")]
 
     assert tool.kind == trace.SpanKind.SERVER
     assert hex_trace(tool) == CALLER_TRACE
@@ -156,15 +143,15 @@ async def test_a_tool_call_continues_the_callers_trace_and_parents_its_delegatio
 
 
 async def test_a_tool_call_without_a_traceparent_is_a_child_of_the_run(
-    provider: TracerProvider, exporter: InMemorySpanExporter, parent: Any
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, parent: Any
 ) -> None:
     _, [result] = await call_once(
-        provider, parent, ("delegate_to_agent", call_args("research"), None)
+        tracer_provider, parent, ("delegate_to_agent", call_args("research"), None)
     )
     assert not result.is_error, result
-    [run_span] = named(exporter, "subagent.run")
-    [tool] = named(exporter, TOOL_SPAN)
-    [delegation] = named(exporter, DELEGATION_SPAN)
+    [run_span] = named(span_exporter, "subagent.run")
+    [tool] = named(span_exporter, TOOL_SPAN)
+    [delegation] = named(span_exporter, DELEGATION_SPAN)
     assert hex_trace(tool) == hex_trace(run_span) == hex_trace(delegation)
     assert hex_parent(tool) == hex_span(run_span)
     assert tool.links == ()
@@ -185,38 +172,38 @@ async def test_a_tool_call_without_a_traceparent_is_a_child_of_the_run(
     ids=["garbage", "zero-trace", "oversized", "number", "object", "list"],
 )
 async def test_a_traceparent_that_is_not_one_is_ignored_and_the_call_succeeds(
-    provider: TracerProvider, exporter: InMemorySpanExporter, parent: Any, value: Any
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, parent: Any, value: Any
 ) -> None:
     meta = {"traceparent": value, "tracestate": {"not": "text"}}
     _, [result] = await call_once(
-        provider, parent, ("delegate_to_agent", call_args("research"), meta)
+        tracer_provider, parent, ("delegate_to_agent", call_args("research"), meta)
     )
     assert not result.is_error, result
     assert result.structured_content is not None
     assert result.structured_content["status"] == Status.COMPLETED
-    [run_span] = named(exporter, "subagent.run")
-    [tool] = named(exporter, TOOL_SPAN)
+    [run_span] = named(span_exporter, "subagent.run")
+    [tool] = named(span_exporter, TOOL_SPAN)
     assert hex_parent(tool) == hex_span(run_span)
     assert hex_trace(tool) == hex_trace(run_span)
 
 
 async def test_a_refused_call_is_an_error_span_with_the_engines_code(
-    provider: TracerProvider, exporter: InMemorySpanExporter, parent: Any
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, parent: Any
 ) -> None:
     _, [unknown, invented] = await call_once(
-        provider,
+        tracer_provider,
         parent,
         ("delegate_to_agent", {"agent": "research"}, None),  # no objective
         ("make_coffee", {}, None),
     )
     assert unknown.is_error and invented.is_error
-    [refused] = named(exporter, TOOL_SPAN)
+    [refused] = named(span_exporter, TOOL_SPAN)
     assert refused.status.status_code == trace.StatusCode.ERROR
     assert dict(refused.attributes or {})["error.type"] == ErrorCode.INVALID_INPUT
     # A name the model invented is not a span name of its own.
-    [other] = named(exporter, "tools/call other")
+    [other] = named(span_exporter, "tools/call other")
     assert dict(other.attributes or {})["gen_ai.tool.name"] == "other"
-    assert named(exporter, DELEGATION_SPAN) == []
+    assert named(span_exporter, DELEGATION_SPAN) == []
 
 
 async def test_without_a_provider_a_call_naming_a_traceparent_succeeds(parent: Any) -> None:

@@ -5,7 +5,7 @@ the remote's server span continues the delegating run's trace beneath the call t
 Remote side, real servers in their own processes: the a2a-sdk server of
 `tools/peers/a2a_faulty.py` (SendMessage, CancelTask, GetTask, SubscribeToTask, each recording
 the trace headers it received) and the AG-UI agent of `tools/peers/agui_app.py` (its run and
-stop requests). The engine's spans are recorded by the SDK's in-memory exporter. Without a
+stop requests). The engine's spans are recorded by the SDK's in-memory span_exporter. Without a
 tracer provider no `traceparent` leaves the engine.
 """
 
@@ -19,7 +19,6 @@ from typing import Any
 import httpx
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from adapters.agui import AguiAgentConfig, AguiTarget
@@ -35,20 +34,6 @@ from tests.helpers import REPO_ROOT
 from tests.helpers.agents import a2a_agent
 from tests.helpers.processes import ready_server
 from tests.helpers.runs import OBJECTIVE
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    found = InMemorySpanExporter()
-    yield found
-    found.clear()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> TracerProvider:
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return tracer_provider
 
 
 @dataclass
@@ -86,11 +71,11 @@ def agui_agent(peer: AguiPeer, scenario: str) -> AgentSpec:
 
 
 async def traced_delegation(
-    agent: AgentSpec, provider: TracerProvider | None, **request: Any
+    agent: AgentSpec, tracer_provider: TracerProvider | None, **request: Any
 ) -> DelegationResult:
-    """One delegation to `agent` in a run of an engine traced by `provider` (or not)."""
+    """One delegation to `agent` in a run of an engine traced by `tracer_provider` (or not)."""
     try:
-        async with Engine([agent], tracer_provider=provider) as eng, eng.open_run() as run:
+        async with Engine([agent], tracer_provider=tracer_provider) as eng, eng.open_run() as run:
             return await run.delegate(
                 DelegationRequest(**{"agent": agent.key, "objective": OBJECTIVE, **request})
             )
@@ -121,21 +106,21 @@ def ids(span: ReadableSpan) -> tuple[str, str]:
     return format(context.trace_id, "032x"), format(context.span_id, "016x")
 
 
-def spans_named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
-    return [span for span in exporter.get_finished_spans() if span.name == name]
+def spans_named(span_exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [span for span in span_exporter.get_finished_spans() if span.name == name]
 
 
-def run_trace(exporter: InMemorySpanExporter) -> str:
-    [run_span] = spans_named(exporter, "subagent.run")
+def run_trace(span_exporter: InMemorySpanExporter) -> str:
+    [run_span] = spans_named(span_exporter, "subagent.run")
     return ids(run_span)[0]
 
 
-def sent_under(value: Any, exporter: InMemorySpanExporter, call: str) -> ReadableSpan:
+def sent_under(value: Any, span_exporter: InMemorySpanExporter, call: str) -> ReadableSpan:
     """The client span named `call` whose traceparent `value` is, in the run's trace."""
     parent = Parent.read(value)
-    assert parent.trace_id == run_trace(exporter)
+    assert parent.trace_id == run_trace(span_exporter)
     assert int(parent.flags, 16) & 1  # sampled: the remote records its side too
-    by_id = {ids(span)[1]: span for span in spans_named(exporter, call)}
+    by_id = {ids(span)[1]: span for span in spans_named(span_exporter, call)}
     assert parent.parent_id in by_id, (parent, sorted(by_id))
     return by_id[parent.parent_id]
 
@@ -144,51 +129,51 @@ def sent_under(value: Any, exporter: InMemorySpanExporter, call: str) -> Readabl
 
 
 async def test_an_a2a_start_carries_the_traceparent_of_its_client_span(
-    a2a_server: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+    a2a_server: Any, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
-    result = await traced_delegation(a2a_agent(a2a_server.card_url("stream")), provider)
+    result = await traced_delegation(a2a_agent(a2a_server.card_url("stream")), tracer_provider)
     assert result.status == Status.COMPLETED, result
     [message] = a2a_server.entries("stream", "messages", result.remote_task_id)
-    start = sent_under(message["traceparent"], exporter, "a2a start")
-    [delegation] = spans_named(exporter, "subagent.delegation remote")
+    start = sent_under(message["traceparent"], span_exporter, "a2a start")
+    [delegation] = spans_named(span_exporter, "subagent.delegation remote")
     assert start.parent is not None and start.parent.span_id == delegation.context.span_id
     assert message["tracestate"] is None  # the run made a trace of its own: no state to pass
 
 
 async def test_an_a2a_cancel_carries_the_traceparent_of_the_cancel_call(
-    a2a_server: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+    a2a_server: Any, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     agent = a2a_agent(a2a_server.card_url("hang"))
-    result = await traced_delegation(agent, provider, timeout_seconds=1)
+    result = await traced_delegation(agent, tracer_provider, timeout_seconds=1)
     assert result.remote_cancel == RemoteCancel.CONFIRMED, result
     [cancel] = a2a_server.entries("hang", "cancels", result.remote_task_id)
-    sent_under(cancel["traceparent"], exporter, "a2a cancel")
+    sent_under(cancel["traceparent"], span_exporter, "a2a cancel")
     [message] = a2a_server.entries("hang", "messages", result.remote_task_id)
-    sent_under(message["traceparent"], exporter, "a2a start")
+    sent_under(message["traceparent"], span_exporter, "a2a start")
 
 
 async def test_each_a2a_poll_carries_the_traceparent_of_its_poll_call(
-    a2a_server: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+    a2a_server: Any, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     agent = a2a_agent(a2a_server.card_url("nostream"), poll_interval=0.05)
-    result = await traced_delegation(agent, provider)
+    result = await traced_delegation(agent, tracer_provider)
     assert result.status == Status.COMPLETED, result
     polls = a2a_server.entries("nostream", "get_tasks", result.remote_task_id)
     assert polls
-    under = {ids(sent_under(p["traceparent"], exporter, "a2a poll"))[1] for p in polls}
+    under = {ids(sent_under(p["traceparent"], span_exporter, "a2a poll"))[1] for p in polls}
     # Each GetTask is its own call: as many client spans as requests, none shared.
     assert len(under) == len(polls)
 
 
 async def test_a_resubscribe_carries_the_traceparent_of_the_resubscribe_call(
-    a2a_server: Any, provider: TracerProvider, exporter: InMemorySpanExporter
+    a2a_server: Any, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
-    result = await traced_delegation(a2a_agent(a2a_server.card_url("drop")), provider)
+    result = await traced_delegation(a2a_agent(a2a_server.card_url("drop")), tracer_provider)
     assert result.status == Status.COMPLETED, result
     subscribes = a2a_server.entries("drop", "subscribes", result.remote_task_id)
     assert subscribes
     for subscribe in subscribes:
-        sent_under(subscribe["traceparent"], exporter, "a2a resubscribe")
+        sent_under(subscribe["traceparent"], span_exporter, "a2a resubscribe")
 
 
 async def test_without_a_provider_no_traceparent_reaches_an_a2a_remote(a2a_server: Any) -> None:
@@ -209,20 +194,22 @@ def agui_runs(peer: AguiPeer, result: DelegationResult) -> list[dict[str, Any]]:
 
 
 async def test_an_agui_run_and_its_stop_carry_the_traceparent_of_their_calls(
-    agui_peer: AguiPeer, provider: TracerProvider, exporter: InMemorySpanExporter
+    agui_peer: AguiPeer, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
-    result = await traced_delegation(agui_agent(agui_peer, "stream"), provider)
+    result = await traced_delegation(agui_agent(agui_peer, "stream"), tracer_provider)
     assert result.status == Status.COMPLETED, result
     [run] = agui_runs(agui_peer, result)
-    sent_under(run["traceparent"], exporter, "agui start")
+    sent_under(run["traceparent"], span_exporter, "agui start")
 
-    exporter.clear()
-    stopped = await traced_delegation(agui_agent(agui_peer, "hang"), provider, timeout_seconds=1)
+    span_exporter.clear()
+    stopped = await traced_delegation(
+        agui_agent(agui_peer, "hang"), tracer_provider, timeout_seconds=1
+    )
     assert stopped.remote_cancel == RemoteCancel.CONFIRMED, stopped
     [run] = agui_runs(agui_peer, stopped)
-    sent_under(run["traceparent"], exporter, "agui start")
+    sent_under(run["traceparent"], span_exporter, "agui start")
     [stop] = [s for s in agui_peer.log("stops") if s["body"]["runId"] == stopped.remote_task_id]
-    sent_under(stop["traceparent"], exporter, "agui cancel")
+    sent_under(stop["traceparent"], span_exporter, "agui cancel")
 
 
 async def test_without_a_provider_no_traceparent_reaches_an_agui_remote(

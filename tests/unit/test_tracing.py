@@ -5,7 +5,6 @@ engine is given no tracer provider."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ import trio
 import trio.testing
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from engine import (
@@ -33,20 +31,6 @@ from tests.helpers.fakes import ScriptedTarget, finished, started
 
 REMOTE_TRACE = "0af7651916cd43dd8448eb211c80319c"
 REMOTE_PARENT = f"00-{REMOTE_TRACE}-b7ad6b7169203331-01"
-
-
-@pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    found = InMemorySpanExporter()
-    yield found
-    found.clear()
-
-
-@pytest.fixture
-def provider(exporter: InMemorySpanExporter) -> TracerProvider:
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    return tracer_provider
 
 
 def request(agent: str = "remote", **fields: Any) -> DelegationRequest:
@@ -76,13 +60,13 @@ def trace_id(span: ReadableSpan) -> int:
 
 
 async def test_a_run_its_delegation_and_the_remote_call_form_one_tree_with_the_protocol_ids(
-    provider: TracerProvider, exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     target = ScriptedTarget(start=[[started("task-9", "ctx-9"), finished("done")]])
-    engine = Engine([spec(target, key="research")], tracer_provider=provider)
+    engine = Engine([spec(target, key="research")], tracer_provider=tracer_provider)
     async with engine, engine.open_run(run_id="run-t", thread_id="th-1") as run:
         result = await run.delegate(request("research", parent_tool_call_id="toolu_1"))
-    spans = by_name(exporter.get_finished_spans())
+    spans = by_name(span_exporter.get_finished_spans())
     assert set(spans) == {"subagent.run", "subagent.delegation research", "inprocess start"} or (
         set(spans) == {"subagent.run", "subagent.delegation research", "fake start"}
     ), set(spans)
@@ -115,14 +99,14 @@ async def test_a_run_its_delegation_and_the_remote_call_form_one_tree_with_the_p
 
 
 async def test_a_failed_delegation_and_a_refused_one_are_error_spans_with_their_codes(
-    provider: TracerProvider, exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     bad = ScriptedTarget(start=[[DelegationError(code=ErrorCode.REMOTE_FAILED, message="no")]])
-    engine = Engine([spec(bad, key="bad")], tracer_provider=provider)
+    engine = Engine([spec(bad, key="bad")], tracer_provider=tracer_provider)
     async with engine, engine.open_run() as run:
         await run.delegate(request("bad"))
         await run.delegate(request("nobody"))
-    spans = exporter.get_finished_spans()
+    spans = span_exporter.get_finished_spans()
     failed = [s for s in spans if s.name == "subagent.delegation bad"]
     refused = [s for s in spans if s.name == "subagent.delegation nobody"]
     assert len(failed) == 1 and len(refused) == 1
@@ -133,14 +117,14 @@ async def test_a_failed_delegation_and_a_refused_one_are_error_spans_with_their_
 
 
 async def test_a_cancelled_delegation_records_its_cancel_call_and_the_run_its_outcome(
-    provider: TracerProvider,
-    exporter: InMemorySpanExporter,
+    tracer_provider: TracerProvider,
+    span_exporter: InMemorySpanExporter,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     target = ScriptedTarget(
         start=[[started(), "hang"]], capabilities=TargetCapabilities(cancel=True)
     )
-    engine = Engine([spec(target, key="slow")], tracer_provider=provider)
+    engine = Engine([spec(target, key="slow")], tracer_provider=tracer_provider)
     async with engine, engine.open_run() as run:
         handle = run.start_delegation(request("slow"))
         await trio.sleep(1)
@@ -148,7 +132,7 @@ async def test_a_cancelled_delegation_records_its_cancel_call_and_the_run_its_ou
         result = await handle.wait()
         run.cancel("stopped")
     assert result.status == "cancelled"
-    spans = exporter.get_finished_spans()
+    spans = span_exporter.get_finished_spans()
     names = sorted(s.name for s in spans)
     assert [n for n in names if n.endswith(" cancel")], names
     cancel = next(s for s in spans if s.name.endswith(" cancel"))
@@ -163,10 +147,10 @@ async def test_a_cancelled_delegation_records_its_cancel_call_and_the_run_its_ou
 
 
 async def test_a_run_continues_a_remote_traceparent_and_a_traced_scope_parents_its_delegation(
-    provider: TracerProvider, exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     target = ScriptedTarget(start=[[started(), finished("ok")], [started(), finished("ok")]])
-    engine = Engine([spec(target, key="research")], tracer_provider=provider)
+    engine = Engine([spec(target, key="research")], tracer_provider=tracer_provider)
     async with engine, engine.open_run(traceparent=REMOTE_PARENT, tracestate="k=v") as run:
         with run.traced("mcp tools/call", attributes={"mcp.tool": "delegate"}) as tool:
             assert tool.is_recording()
@@ -174,7 +158,7 @@ async def test_a_run_continues_a_remote_traceparent_and_a_traced_scope_parents_i
         other_parent = f"00-{'1' * 32}-{'2' * 16}-01"
         with run.traced("mcp tools/call other", traceparent=other_parent):
             await run.delegate(request("research"))
-    spans = exporter.get_finished_spans()
+    spans = span_exporter.get_finished_spans()
     run_span = next(s for s in spans if s.name == "subagent.run")
     tool_span = next(s for s in spans if s.name == "mcp tools/call")
     other = next(s for s in spans if s.name == "mcp tools/call other")
@@ -191,7 +175,7 @@ async def test_a_run_continues_a_remote_traceparent_and_a_traced_scope_parents_i
 
 
 async def test_the_remote_call_publishes_its_traceparent_to_this_tasks_requests(
-    provider: TracerProvider, exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     seen: list[dict[str, str]] = []
 
@@ -209,11 +193,11 @@ async def test_the_remote_call_publishes_its_traceparent_to_this_tasks_requests(
             return session
 
     target = Recording(start=[[started(), finished("ok")]])
-    engine = Engine([spec(target, key="research")], tracer_provider=provider)
+    engine = Engine([spec(target, key="research")], tracer_provider=tracer_provider)
     async with engine, engine.open_run() as run:
         await run.delegate(request("research"))
     assert outgoing_trace_headers() == {}
-    call = next(s for s in exporter.get_finished_spans() if s.name.endswith(" start"))
+    call = next(s for s in span_exporter.get_finished_spans() if s.name.endswith(" start"))
     assert len(seen) == 1
     version, trace_hex, span_hex, flags = seen[0]["traceparent"].split("-")
     assert version == "00" and int(flags, 16) & 1  # sampled (the SDK may add Level 2's random)
@@ -267,26 +251,26 @@ def test_a_valid_traceparent_with_a_tracestate_is_read() -> None:
 
 
 async def test_a_bad_traceparent_leaves_the_run_a_trace_of_its_own(
-    provider: TracerProvider, exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
-    engine = Engine([], tracer_provider=provider)
+    engine = Engine([], tracer_provider=tracer_provider)
     async with engine, engine.open_run(traceparent="00-nonsense") as run:
         assert run.run_id
-    (run_span,) = exporter.get_finished_spans()
+    (run_span,) = span_exporter.get_finished_spans()
     assert run_span.parent is None
     assert run_span.kind == trace.SpanKind.INTERNAL
 
 
 async def test_an_update_kind_the_engine_knows_reaches_the_span_as_the_call_ends(
-    provider: TracerProvider, exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     # The remote's ids arrive during the call; the call's span carries them when it ends.
     late = TargetUpdate(kind=Kind.STARTED, remote_task_id="late-task", remote_context_id="c")
     target = ScriptedTarget(start=[[late, finished("ok")]])
-    engine = Engine([spec(target, key="research")], tracer_provider=provider)
+    engine = Engine([spec(target, key="research")], tracer_provider=tracer_provider)
     async with engine, engine.open_run() as run:
         await run.delegate(request("research"))
-    call = next(s for s in exporter.get_finished_spans() if s.name.endswith(" start"))
+    call = next(s for s in span_exporter.get_finished_spans() if s.name.endswith(" start"))
     assert dict(call.attributes or {})["subagent.remote_task_id"] == "late-task"
 
 
@@ -296,22 +280,22 @@ def test_tracing_off_is_the_default() -> None:
 
 
 async def test_the_embedding_shortcut_traces_when_given_a_provider(
-    provider: TracerProvider, exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     from engine import open_run
 
     target = ScriptedTarget(start=[[started(), finished("ok")]])
     async with open_run(
-        [spec(target, key="research")], tracer_provider=provider, traceparent=REMOTE_PARENT
+        [spec(target, key="research")], tracer_provider=tracer_provider, traceparent=REMOTE_PARENT
     ) as run:
         await run.delegate(request("research"))
-    spans = exporter.get_finished_spans()
+    spans = span_exporter.get_finished_spans()
     assert {format(trace_id(s), "032x") for s in spans} == {REMOTE_TRACE}
     assert len(spans) == 3
 
 
 async def test_an_adapter_names_the_protocol_methods_a_remote_call_used(
-    provider: TracerProvider, exporter: InMemorySpanExporter
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     from engine import note_remote_method
 
@@ -332,18 +316,18 @@ async def test_an_adapter_names_the_protocol_methods_a_remote_call_used(
     note_remote_method("a2a", "outside any call")  # nothing to name: a no-op
     engine = Engine(
         [spec(Naming(start=[[started(), finished("ok")]]), key="research")],
-        tracer_provider=provider,
+        tracer_provider=tracer_provider,
     )
     async with engine, engine.open_run() as run:
         await run.delegate(request("research"))
-    call = next(s for s in exporter.get_finished_spans() if s.name.endswith(" start"))
+    call = next(s for s in span_exporter.get_finished_spans() if s.name.endswith(" start"))
     attributes = dict(call.attributes or {})
     assert (attributes["rpc.system"], attributes["rpc.method"]) == ("a2a", "CancelTask")
     assert [event.name for event in call.events] == ["CancelTask", "GetTask"]
 
 
 async def test_recovery_traces_each_remote_cancel_it_sends_for_a_run_a_dead_process_left(
-    provider: TracerProvider, exporter: InMemorySpanExporter, tmp_path: Any
+    tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter, tmp_path: Any
 ) -> None:
     from adapters.sqlite_archive import open_sqlite_archive
     from engine import DelegationEvent, JournalEntry, RunRecord
@@ -364,11 +348,11 @@ async def test_recovery_traces_each_remote_cancel_it_sends_for_a_run_a_dead_proc
             ),
         ]
         await store.append([JournalEntry(event, n) for n, event in enumerate(events, 1)])
-        engine = Engine([spec(target)], archive=archive, tracer_provider=provider)
+        engine = Engine([spec(target)], archive=archive, tracer_provider=tracer_provider)
         async with engine:
             assert [r.run_id for r in engine.recovered] == ["run-dead"]
     assert [ref.remote_task_id for ref in target.remote_cancels] == ["t-1"]
-    spans = by_name(exporter.get_finished_spans())
+    spans = by_name(span_exporter.get_finished_spans())
     recovery = spans["subagent.recovery"]
     cancel = next(s for name, s in spans.items() if name.endswith(" cancel"))
     assert recovery.parent is None
