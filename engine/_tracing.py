@@ -7,7 +7,7 @@ viewer's connection). It uses only the OpenTelemetry API; which SDK, sampler and
 the spans is the host's choice, given as a `TracerProvider` to `Engine(tracer_provider=...)`.
 Without one (the default), `Tracing` is off: every method returns at once without touching
 OpenTelemetry, so an engine that does not trace pays one attribute test per run, delegation and
-remote call.
+remote call (and its remote HTTP pools one context-variable read per request).
 
 Trace context crosses processes as W3C Trace Context (https://www.w3.org/TR/trace-context/,
 section 3: the `traceparent` and `tracestate` headers). Inbound, `parent_context` reads a pair of
