@@ -1156,20 +1156,15 @@ class DelegationActor:
         # never by abandoning an iterator (with a2a-sdk 1.3.0, leaving a stream with `break` leaves
         # the SDK's nested async generators unclosed; cancelling the scope closes them).
         tracing = self.run_actor.engine.tracing
-        if not tracing.enabled:
+        attributes = self._call_attributes() if tracing.enabled else {}
+        operation = method.__name__  # start, poll, resubscribe, answer
+        with tracing.remote_call(self.span, self.spec.protocol, operation, attributes) as span:
             with trio.CancelScope() as scope:
                 self._session_scope = scope
                 await method(*args, self._on_update)
             self._session_scope = None
-            return
-        with tracing.remote_call(
-            self.span, self.spec.protocol, method.__name__, self._call_attributes()
-        ) as span:
-            with trio.CancelScope() as scope:
-                self._session_scope = scope
-                await method(*args, self._on_update)
-            self._session_scope = None
-            span.set_attributes(self._call_attributes(ended=True))
+            if span.is_recording():
+                span.set_attributes(self._call_attributes(ended=True))
 
     def _call_attributes(self, *, ended: bool = False) -> dict[str, Any]:
         """A remote call's protocol ids: the delegation, the remote task and context so far."""
@@ -1318,9 +1313,8 @@ class DelegationActor:
             return RemoteCancel.UNSUPPORTED
         confirmed = False
         tracing = self.run_actor.engine.tracing
-        with tracing.remote_call(
-            self.span, self.spec.protocol, "cancel", self._call_attributes()
-        ) as span:
+        attributes = self._call_attributes() if tracing.enabled else {}
+        with tracing.remote_call(self.span, self.spec.protocol, "cancel", attributes) as span:
             with trio.move_on_after(self.policy.cancel_timeout):
                 try:
                     confirmed = await self._session.cancel()

@@ -32,6 +32,7 @@ from contextlib import contextmanager
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final
 
+import trio
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
@@ -63,12 +64,9 @@ MAX_TRACEPARENT: Final = 256
 MAX_TRACESTATE: Final = 8192
 
 _PROPAGATOR: Final = TraceContextTextMapPropagator()
-#: The headers of the remote call this task is making (empty when nothing is traced).
+#: What a task that makes no traced remote call sends: no trace headers.
 _NONE: Final[Mapping[str, str]] = MappingProxyType({})
-_OUTGOING: contextvars.ContextVar[Mapping[str, str]] = contextvars.ContextVar(
-    "subagent_engine_outgoing_trace", default=_NONE
-)
-#: The span of the remote call this task is making, if it is recorded.
+#: The span of the remote call this task is making (recorded or sampled out), if any.
 _CALL: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar(
     "subagent_engine_remote_call", default=None
 )
@@ -80,8 +78,10 @@ _SCOPE: contextvars.ContextVar[trace.Span | None] = contextvars.ContextVar(
 
 def outgoing_trace_headers() -> Mapping[str, str]:
     """The `traceparent` (and `tracestate`) of the remote call this task is making, for an
-    adapter to send with its request; empty when the engine does not trace."""
-    return _OUTGOING.get()
+    adapter to send with its request; empty when the engine does not trace. A call its sampler
+    left out is still named (its flags say so), so the remote leaves it out too."""
+    span = _CALL.get()
+    return _headers_of(span) if span is not None else _NONE
 
 
 def note_remote_method(system: str, method: str) -> None:
@@ -90,7 +90,7 @@ def note_remote_method(system: str, method: str) -> None:
     / `rpc.method` (https://opentelemetry.io/docs/specs/semconv/rpc/rpc-spans/) and records each
     as an event, so a cancel that falls back to `GetTask` shows both. No-op when not traced."""
     span = _CALL.get()
-    if span is None:
+    if span is None or not span.is_recording():
         return
     if "rpc.method" not in (getattr(span, "attributes", None) or {}):
         span.set_attributes({"rpc.system": system, "rpc.method": method})
@@ -198,19 +198,8 @@ class Tracing:
             attributes={"subagent.protocol": protocol, "subagent.operation": operation}
             | dict(attributes),
         )
-        headers = _OUTGOING.set(_headers_of(span))
-        call = _CALL.set(span if span.is_recording() else None)
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
+        with _in_force(span, _CALL):
             yield span
-        except BaseException as exc:
-            _failed(span, exc)
-            raise
-        finally:
-            otel_context.detach(token)
-            _CALL.reset(call)
-            _OUTGOING.reset(headers)
-            span.end()
 
     @contextmanager
     def scope(self, span: trace.Span) -> Iterator[trace.Span]:
@@ -219,17 +208,8 @@ class Tracing:
         if self._tracer is None:
             yield span
             return
-        scope = _SCOPE.set(span)
-        token = otel_context.attach(trace.set_span_in_context(span))
-        try:
+        with _in_force(span, _SCOPE):
             yield span
-        except BaseException as exc:
-            _failed(span, exc)
-            raise
-        finally:
-            otel_context.detach(token)
-            _SCOPE.reset(scope)
-            span.end()
 
     def end_delegation(self, span: trace.Span, result: DelegationResult | None) -> None:
         """End a delegation's span with what its result says: status, error code, remote ids."""
@@ -239,6 +219,23 @@ class Tracing:
             span.set_attributes(delegation_result_attributes(result))
             if result.error is not None:
                 span.set_status(trace.Status(trace.StatusCode.ERROR, result.error.code))
+        span.end()
+
+
+@contextmanager
+def _in_force(span: trace.Span, slot: contextvars.ContextVar[trace.Span | None]) -> Iterator[None]:
+    """`span` in `slot` and as OpenTelemetry's current span for the block (this task), then
+    ended; marked failed if the block raised (`_failed`)."""
+    saved = slot.set(span)
+    token = otel_context.attach(trace.set_span_in_context(span))
+    try:
+        yield
+    except BaseException as exc:
+        _failed(span, exc)
+        raise
+    finally:
+        otel_context.detach(token)
+        slot.reset(saved)
         span.end()
 
 
@@ -266,9 +263,8 @@ def _version() -> str | None:
 def _failed(span: trace.Span, exc: BaseException) -> None:
     """Mark a span failed by an exception (its type only: a message may carry remote text).
     Cancellation is not a failure of the span's work: it is recorded as an attribute."""
-    if type(exc).__name__ == "Cancelled" or (
-        isinstance(exc, BaseExceptionGroup)
-        and all(type(e).__name__ == "Cancelled" for e in exc.exceptions)
+    if isinstance(exc, trio.Cancelled) or (
+        isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
     ):
         span.set_attribute("subagent.cancelled", True)
         return
