@@ -42,8 +42,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -66,12 +66,11 @@ from engine import Engine
 from web.config import (
     ConfigError,
     HostConfig,
-    TelemetryEntry,
     load_config,
     parse_config,
     weak_token,
 )
-from web.telemetry import telemetry_problem, tracer_provider
+from web.telemetry import process_tracing, telemetry_problem
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -84,7 +83,6 @@ __all__ = [
     "a2a_serve_main",
     "open_engine",
     "parent_factory",
-    "process_tracing",
     "serve",
     "serve_until_stopped",
 ]
@@ -273,22 +271,10 @@ def a2a_serve_main(
     except (ValueError, ConfigError) as exc:
         print(f"subagent-engine a2a-serve: {exc}", file=sys.stderr)
         return 2
+    # One provider for the process: its export thread serves every task's engine.
     with process_tracing(config.telemetry) as provider:
         options = attrs.evolve(options, tracer_provider=provider)
         return serve_until_stopped(options.served(), out)
-
-
-@contextmanager
-def process_tracing(entry: TelemetryEntry) -> Iterator[TracerProvider | None]:
-    """The process's one tracer provider (`[telemetry]`; None when it is off): its export
-    thread serves every task's engine, and the spans it still holds are sent when the block
-    ends (the server has stopped), at most `web.telemetry.EXPORT_TIMEOUT` s."""
-    provider = tracer_provider(entry)
-    try:
-        yield provider
-    finally:
-        if provider is not None:
-            provider.shutdown()
 
 
 def serve_until_stopped(served: ServedParent, out: TextIO | None) -> int:

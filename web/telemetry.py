@@ -22,8 +22,8 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import urllib.parse
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 
 import trio
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
@@ -34,7 +34,13 @@ from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
 
 from web.config import TelemetryEntry
 
-__all__ = ["collector_headers", "open_tracing", "telemetry_problem", "tracer_provider"]
+__all__ = [
+    "collector_headers",
+    "open_tracing",
+    "process_tracing",
+    "telemetry_problem",
+    "tracer_provider",
+]
 
 #: How long one export to the collector may take before the SDK gives it up (seconds).
 EXPORT_TIMEOUT = 10.0
@@ -95,6 +101,19 @@ def tracer_provider(
     exporter = OTLPSpanExporter(endpoint=entry.endpoint, headers=headers, timeout=EXPORT_TIMEOUT)
     provider.add_span_processor(BatchSpanProcessor(exporter))
     return provider
+
+
+@contextmanager
+def process_tracing(entry: TelemetryEntry) -> Iterator[TracerProvider | None]:
+    """`tracer_provider(entry)` for a process that is not a Trio program (a2a-serve's asyncio
+    server), for the block: the spans it still holds are sent when the block ends, at most
+    `EXPORT_TIMEOUT` s, on this thread."""
+    provider = tracer_provider(entry)
+    try:
+        yield provider
+    finally:
+        if provider is not None:
+            provider.shutdown()
 
 
 @asynccontextmanager

@@ -23,8 +23,9 @@ import attrs
 
 from adapters.a2a.serving import Listening
 from adapters.parents import Answer, Delegate, Say, ScriptedParent
-from cli.a2a_serve import A2AServeOptions, process_tracing, serve_until_stopped
+from cli.a2a_serve import A2AServeOptions, serve_until_stopped
 from web.config import load_config
+from web.telemetry import process_tracing
 
 __all__ = ["delegating_script", "main"]
 
