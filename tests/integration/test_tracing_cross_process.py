@@ -23,9 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import pytest
 
-from cli.a2a_serve import a2a_serve_main
 from tests.helpers import REPO_ROOT
 from tests.helpers.otlp import OtlpReceiver, ReceivedSpan, otlp_receiver
 from tests.helpers.peers import A2AFaultyServer, ServedAgent
@@ -189,27 +187,3 @@ def test_one_trace_runs_from_serve_through_a2a_serve_to_the_inner_agent(
     task_id = inner_start.attributes["subagent.remote_task_id"]
     [message] = a2a_server.entries("stream", "messages", task_id)
     assert message["traceparent"].split("-")[1:3] == [TRACE, inner_start.span_id]
-
-
-@pytest.mark.parametrize(
-    ("value", "says"),
-    [
-        (None, "telemetry.headers_env names 'SE_OTLP_HEADERS', which is not set"),
-        (f"api-key={SECRET},{SECRET}", "the collector headers in 'SE_OTLP_HEADERS': pair 2"),
-    ],
-)
-def test_a2a_serve_refuses_a_collector_headers_variable_it_cannot_use(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str | None, says: str
-) -> None:
-    config = tmp_path / "host.toml"
-    config.write_text('[telemetry]\nenabled = true\nheaders_env = "SE_OTLP_HEADERS"\n')
-    with pytest.MonkeyPatch.context() as patch:
-        if value is None:
-            patch.delenv("SE_OTLP_HEADERS", raising=False)
-        else:
-            patch.setenv("SE_OTLP_HEADERS", value)
-        assert a2a_serve_main(parent="scripted", config_path=str(config)) == 2
-    captured = capsys.readouterr()
-    assert says in captured.err
-    assert SECRET not in captured.err + captured.out
-    assert "READY" not in captured.out

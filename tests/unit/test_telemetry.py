@@ -1,11 +1,14 @@
 """`[telemetry]` and the tracer provider it builds (`web.telemetry`): every mistake in the table
 is a `ConfigError` naming `telemetry.<key>`; the collector's headers are read in the
 `OTEL_EXPORTER_OTLP_HEADERS` format and never repeated in an error; a provider exists only when
-enabled, names the service and samples new traces at the ratio while following a remote parent."""
+enabled, names the service and samples new traces at the ratio while following a remote parent;
+`serve` and `a2a-serve` refuse to start on a collector headers variable they cannot use."""
 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from opentelemetry import trace
@@ -193,3 +196,52 @@ def test_a_ratio_of_zero_drops_new_traces_but_follows_a_sampled_remote_parent() 
         assert isinstance(child, trace.Span)
     finally:
         provider.shutdown()
+
+
+def _serve(config: Path) -> int:
+    from cli.serve import serve_main
+
+    return serve_main(str(config))
+
+
+def _a2a_serve(config: Path) -> int:
+    from cli.a2a_serve import a2a_serve_main
+
+    return a2a_serve_main(parent="scripted", config_path=str(config))
+
+
+#: Each command that exports traces, and what it prints once it listens (it must not).
+COMMANDS: dict[str, tuple[Callable[[Path], int], str]] = {
+    "serve": (_serve, "serving"),
+    "a2a-serve": (_a2a_serve, "READY"),
+}
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        (None, "telemetry.headers_env names 'SE_OTLP_HEADERS', which is not set"),
+        (f"api-key={SECRET},{SECRET}", "the collector headers in 'SE_OTLP_HEADERS': pair 2"),
+    ],
+)
+def test_a_command_refuses_a_collector_headers_variable_it_cannot_use(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    command: str,
+    value: str | None,
+    says: str,
+) -> None:
+    main, listening = COMMANDS[command]
+    config = tmp_path / "host.toml"
+    config.write_text('[telemetry]\nenabled = true\nheaders_env = "SE_OTLP_HEADERS"\n')
+    with pytest.MonkeyPatch.context() as patch:
+        if value is None:
+            patch.delenv("SE_OTLP_HEADERS", raising=False)
+        else:
+            patch.setenv("SE_OTLP_HEADERS", value)
+        assert main(config) == 2
+    captured = capsys.readouterr()
+    assert says in captured.err
+    assert SECRET not in captured.err + captured.out
+    assert listening not in captured.out
