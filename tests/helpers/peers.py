@@ -3,7 +3,8 @@
 `A2AFaultyServer` is `python -m tools.peers.a2a_faulty`, `A2AJsServer` the @a2a-js/sdk server
 (`tools/peers/a2a_js`), `ScriptedModel` the model endpoint the pinned agent CLIs talk to
 (`python -m tools.peers.scripted_model`), `ServedAgent` a `subagent-engine a2a-serve`
-(`served_agent` starts one). Each reads what its server recorded over the server's own `/_test`
+(`served_agent` starts one), `AguiApp` the AG-UI agent `python -m tools.peers.agui_app`
+(`agui_app` starts one). Each reads what its server recorded over the server's own `/_test`
 routes (or `/healthz`); the fixtures that start them are in the conftest files.
 """
 
@@ -192,3 +193,40 @@ def served_agent(*args: str, name: str = "a2a_serve") -> Iterator[ServedAgent]:
             yield agent
         finally:
             agent._http.close()
+
+
+@dataclass
+class AguiApp:
+    """A running `python -m tools.peers.agui_app`: one AG-UI agent per scenario under
+    `/agents/<scenario>`; `log(kind)` is what its runs (`runs`) or stops (`stops`) received."""
+
+    base_url: str
+    _http: httpx.Client = field(repr=False, default_factory=_http)
+
+    def url(self, scenario: str) -> str:
+        return f"{self.base_url}/agents/{scenario}"
+
+    def log(self, kind: str) -> list[dict[str, Any]]:
+        response = self._http.get(f"{self.base_url}/_test/log")
+        response.raise_for_status()
+        entries: list[dict[str, Any]] = response.json()[kind]
+        return entries
+
+    def stops(self, delegation_id: str) -> list[dict[str, Any]]:
+        """The stop calls that named `delegation_id` in their body."""
+        return [
+            s for s in self.log("stops") if (s["body"] or {}).get("delegationId") == delegation_id
+        ]
+
+
+@contextmanager
+def agui_app() -> Iterator[AguiApp]:
+    """A running AG-UI peer (`tools/peers/agui_app.py`) on an ephemeral port, exiting when its
+    stdin closes."""
+    argv = [sys.executable, "-m", "tools.peers.agui_app", "--port", "0", "--watch-stdin"]
+    with ready_server(argv, cwd=REPO_ROOT, name="agui_app") as (port, _pid, _stderr):
+        peer = AguiApp(base_url=f"http://127.0.0.1:{port}")
+        try:
+            yield peer
+        finally:
+            peer._http.close()

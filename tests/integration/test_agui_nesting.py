@@ -13,7 +13,6 @@ outer delegation must stop the inner run and its delegations.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -42,9 +41,8 @@ from engine import (
     Kind,
     Status,
 )
-from tests.helpers import REPO_ROOT
 from tests.helpers.node_packages import ensure_npm_packages, run_node_json_lines
-from tests.helpers.processes import ready_server
+from tests.helpers.peers import agui_app
 from tests.helpers.runs import journal_so_far
 from web.config import parse_config
 from web.server import create_app, default_encoder_factory, open_host, serve_app
@@ -55,9 +53,8 @@ PARENT_CALL = "toolu_outer"
 
 @pytest.fixture(scope="module")
 def agui_base() -> Iterator[str]:
-    argv = [sys.executable, "-m", "tools.peers.agui_app", "--port", "0", "--watch-stdin"]
-    with ready_server(argv, cwd=REPO_ROOT, name="agui_app") as (port, _pid, _stderr):
-        yield f"http://127.0.0.1:{port}"
+    with agui_app() as peer:
+        yield peer.base_url
 
 
 @pytest.fixture(scope="module")

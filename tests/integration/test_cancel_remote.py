@@ -11,15 +11,12 @@ nothing listens at, a malformed card) and the AG-UI agent (`tools/peers/agui_app
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from typing import Any
 
 import attrs
-import httpx
 import pytest
 import trio
 
@@ -35,9 +32,8 @@ from engine import (
     Target,
     TargetUpdate,
 )
-from tests.helpers import REPO_ROOT
+from tests.helpers.peers import AguiApp, agui_app
 from tests.helpers.ports import closed_port
-from tests.helpers.processes import ready_server
 from tools.peers.raw_a2a import RawScenario, serve_raw_a2a
 
 #: Every step of a test is bounded by this (a stuck remote fails the test, never hangs it).
@@ -230,30 +226,10 @@ async def test_an_a2a_reference_without_a_task_id_is_not_needed() -> None:
 # -- AG-UI ----------------------------------------------------------------------------------------
 
 
-@dataclass
-class AguiPeer:
-    base_url: str
-    _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
-
-    def url(self, scenario: str) -> str:
-        return f"{self.base_url}/agents/{scenario}"
-
-    def stops(self, delegation_id: str) -> list[dict[str, Any]]:
-        response = self._http.get(f"{self.base_url}/_test/log")
-        response.raise_for_status()
-        stops: list[dict[str, Any]] = response.json()["stops"]
-        return [s for s in stops if (s["body"] or {}).get("delegationId") == delegation_id]
-
-
 @pytest.fixture(scope="module")
-def agui_peer() -> Iterator[AguiPeer]:
-    argv = [sys.executable, "-m", "tools.peers.agui_app", "--port", "0", "--watch-stdin"]
-    with ready_server(argv, cwd=REPO_ROOT, name="agui_app") as (port, _pid, _stderr):
-        peer = AguiPeer(base_url=f"http://127.0.0.1:{port}")
-        try:
-            yield peer
-        finally:
-            peer._http.close()
+def agui_peer() -> Iterator[AguiApp]:
+    with agui_app() as peer:
+        yield peer
 
 
 def agui_target(url: str, stop_url: str | None, **config: Any) -> AguiTarget:
@@ -261,7 +237,7 @@ def agui_target(url: str, stop_url: str | None, **config: Any) -> AguiTarget:
 
 
 async def test_a_new_agui_target_stops_a_run_a_dead_process_left_running(
-    agui_peer: AguiPeer,
+    agui_peer: AguiApp,
 ) -> None:
     url = agui_peer.url("hang")
     async with running_task(agui_target(url, f"{url}/stop"), "del-agui-restart") as task:
@@ -284,7 +260,7 @@ async def test_a_new_agui_target_stops_a_run_a_dead_process_left_running(
     assert stop["x_headers"]["x-tenant"] == "acme"
 
 
-async def test_an_agui_stop_the_remote_refuses_is_pending(agui_peer: AguiPeer) -> None:
+async def test_an_agui_stop_the_remote_refuses_is_pending(agui_peer: AguiApp) -> None:
     url = agui_peer.url("stubborn")
     async with running_task(agui_target(url, f"{url}/stop"), "del-agui-refused") as task:
         assert await cancel_remote(agui_target(url, f"{url}/stop"), task.ref) == "pending"
@@ -299,7 +275,7 @@ async def test_an_unreachable_agui_stop_endpoint_is_pending() -> None:
 
 
 async def test_an_agui_stop_url_that_needs_a_thread_id_the_journal_lacks_is_pending(
-    agui_peer: AguiPeer,
+    agui_peer: AguiApp,
 ) -> None:
     url = agui_peer.url("hang")
     ref = attrs.evolve(nothing_named("del-agui-threadless"), remote_task_id="run-1")
@@ -308,14 +284,14 @@ async def test_an_agui_stop_url_that_needs_a_thread_id_the_journal_lacks_is_pend
     assert agui_peer.stops("del-agui-threadless") == []  # not asked with a URL it cannot build
 
 
-async def test_an_agui_target_without_stop_url_is_unsupported(agui_peer: AguiPeer) -> None:
+async def test_an_agui_target_without_stop_url_is_unsupported(agui_peer: AguiApp) -> None:
     url = agui_peer.url("hang")
     ref = attrs.evolve(nothing_named("del-agui-nostop"), remote_task_id="run-1")
     assert await cancel_remote(agui_target(url, None), ref) == RemoteCancel.UNSUPPORTED
     assert agui_peer.stops("del-agui-nostop") == []
 
 
-async def test_an_agui_reference_without_a_run_id_is_not_needed(agui_peer: AguiPeer) -> None:
+async def test_an_agui_reference_without_a_run_id_is_not_needed(agui_peer: AguiApp) -> None:
     url = agui_peer.url("hang")
     ref = attrs.evolve(nothing_named("del-agui-nothing"), remote_context_id="thread-only")
     for stop_url in (f"{url}/stop", None):

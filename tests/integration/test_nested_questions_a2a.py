@@ -60,7 +60,7 @@ from engine import (
 from tests.helpers import REPO_ROOT
 from tests.helpers.a2a_builders import user_request
 from tests.helpers.a2a_clients import sdk_client, state_of
-from tests.helpers.peers import A2AFaultyServer, ServedAgent
+from tests.helpers.peers import A2AFaultyServer, ServedAgent, agui_app
 from tests.helpers.processes import ready_server
 from tools.peers.a2a_faulty import INPUT_QUESTION
 from tools.peers.agui_app import NESTED_QUESTION, NESTED_QUESTION_SCHEMA
@@ -70,9 +70,8 @@ OBJECTIVE = "Introduce yourself"
 
 @pytest.fixture(scope="module")
 def agui_base() -> Iterator[str]:
-    argv = [sys.executable, "-m", "tools.peers.agui_app", "--port", "0", "--watch-stdin"]
-    with ready_server(argv, cwd=REPO_ROOT, name="agui_app") as (port, _pid, _stderr):
-        yield f"http://127.0.0.1:{port}"
+    with agui_app() as peer:
+        yield peer.base_url
 
 
 def _asking_agent(key: str, protocol: str, where: str, policy: str = "") -> str:

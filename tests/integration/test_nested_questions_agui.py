@@ -11,7 +11,6 @@ that matches goes down as the resume run's payload, which the remote echoes.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 
 import httpx
@@ -33,16 +32,14 @@ from engine import (
     QuestionOutcome,
     Status,
 )
-from tests.helpers import REPO_ROOT
-from tests.helpers.processes import ready_server
+from tests.helpers.peers import agui_app
 from tools.peers.agui_app import INTERRUPT_IDS, NESTED_QUESTION, NESTED_QUESTION_SCHEMA
 
 
 @pytest.fixture(scope="module")
 def agui_base() -> Iterator[str]:
-    argv = [sys.executable, "-m", "tools.peers.agui_app", "--port", "0", "--watch-stdin"]
-    with ready_server(argv, cwd=REPO_ROOT, name="agui_app") as (port, _pid, _stderr):
-        yield f"http://127.0.0.1:{port}"
+    with agui_app() as peer:
+        yield peer.base_url
 
 
 def remote(agui_base: str) -> AgentSpec:

@@ -11,12 +11,10 @@ tracer provider no `traceparent` leaves the engine.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -30,41 +28,18 @@ from engine import (
     RemoteCancel,
     Status,
 )
-from tests.helpers import REPO_ROOT
 from tests.helpers.agents import a2a_agent
-from tests.helpers.processes import ready_server
+from tests.helpers.peers import AguiApp, agui_app
 from tests.helpers.runs import OBJECTIVE
 
 
-@dataclass
-class AguiPeer:
-    """`python -m tools.peers.agui_app`: what its runs and stops received."""
-
-    base_url: str
-    _http: httpx.Client = field(repr=False, default_factory=lambda: httpx.Client(timeout=5.0))
-
-    def url(self, scenario: str) -> str:
-        return f"{self.base_url}/agents/{scenario}"
-
-    def log(self, kind: str) -> list[dict[str, Any]]:
-        response = self._http.get(f"{self.base_url}/_test/log")
-        response.raise_for_status()
-        entries: list[dict[str, Any]] = response.json()[kind]
-        return entries
-
-
 @pytest.fixture(scope="module")
-def agui_peer() -> Iterator[AguiPeer]:
-    argv = [sys.executable, "-m", "tools.peers.agui_app", "--port", "0", "--watch-stdin"]
-    with ready_server(argv, cwd=REPO_ROOT, name="agui_app") as (port, _pid, _stderr):
-        peer = AguiPeer(base_url=f"http://127.0.0.1:{port}")
-        try:
-            yield peer
-        finally:
-            peer._http.close()
+def agui_peer() -> Iterator[AguiApp]:
+    with agui_app() as peer:
+        yield peer
 
 
-def agui_agent(peer: AguiPeer, scenario: str) -> AgentSpec:
+def agui_agent(peer: AguiApp, scenario: str) -> AgentSpec:
     url = peer.url(scenario)
     config = AguiAgentConfig(url=url, stop_url=f"{url}/stop", tenant="acme")
     return AgentSpec(key="remote", protocol="agui", target=AguiTarget(config))
@@ -189,12 +164,12 @@ async def test_without_a_provider_no_traceparent_reaches_an_a2a_remote(a2a_serve
 # -- AG-UI ----------------------------------------------------------------------------------
 
 
-def agui_runs(peer: AguiPeer, result: DelegationResult) -> list[dict[str, Any]]:
+def agui_runs(peer: AguiApp, result: DelegationResult) -> list[dict[str, Any]]:
     return [r for r in peer.log("runs") if r["input"]["runId"] == result.remote_task_id]
 
 
 async def test_an_agui_run_and_its_stop_carry_the_traceparent_of_their_calls(
-    agui_peer: AguiPeer, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
+    agui_peer: AguiApp, tracer_provider: TracerProvider, span_exporter: InMemorySpanExporter
 ) -> None:
     result = await traced_delegation(agui_agent(agui_peer, "stream"), tracer_provider)
     assert result.status == Status.COMPLETED, result
@@ -213,7 +188,7 @@ async def test_an_agui_run_and_its_stop_carry_the_traceparent_of_their_calls(
 
 
 async def test_without_a_provider_no_traceparent_reaches_an_agui_remote(
-    agui_peer: AguiPeer,
+    agui_peer: AguiApp,
 ) -> None:
     result = await traced_delegation(agui_agent(agui_peer, "stream"), None)
     assert result.status == Status.COMPLETED, result
