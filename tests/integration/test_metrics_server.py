@@ -23,6 +23,7 @@ from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
 from cli.serve import serve_main
 from engine import AgentSpec, DelegationError
+from tests.helpers.processes import serve_process
 from web.config import parse_config
 from web.metrics import Metrics
 from web.server import create_app, default_encoder_factory, open_host, serve_app
@@ -160,33 +161,17 @@ def test_serve_exports_metrics_behind_the_token_it_read(tmp_path: Path) -> None:
         '[metrics]\nenabled = true\ntoken_env = "SE_METRICS_TOKEN"\n'
     )
     env = {**os.environ, "SE_METRICS_TOKEN": METRICS_TOKEN}
-    with subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--config", str(config)],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line.startswith("subagent-engine serving on http://127.0.0.1:"), line
-            url = line.split()[3]
-            banner = [proc.stdout.readline() for _ in range(3)]
-            assert f"  metrics: {url}/metrics (token in $SE_METRICS_TOKEN)\n" in banner
-            assert httpx.get(f"{url}/metrics", timeout=10).status_code == 401
-            auth = {"authorization": f"Bearer {METRICS_TOKEN}"}
-            answer = httpx.get(f"{url}/metrics", headers=auth, timeout=10)
-            assert answer.status_code == 200
-            assert samples(answer.text)[("subagent_engine_runs_active", ())] == 0
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=20) == 0
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with serve_process("--config", str(config), env=env) as (proc, url, _):
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline() for _ in range(3)]
+        assert f"  metrics: {url}/metrics (token in $SE_METRICS_TOKEN)\n" in banner
+        assert httpx.get(f"{url}/metrics", timeout=10).status_code == 401
+        auth = {"authorization": f"Bearer {METRICS_TOKEN}"}
+        answer = httpx.get(f"{url}/metrics", headers=auth, timeout=10)
+        assert answer.status_code == 200
+        assert samples(answer.text)[("subagent_engine_runs_active", ())] == 0
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
 
 
 def test_serve_refuses_metrics_beyond_loopback_without_a_token(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import http.server
 import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -15,28 +13,14 @@ import pytest
 
 from adapters.agui import check_frames, parse_sse
 from cli.serve import serve_main
+from tests.helpers.processes import serve_process
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_serve_on_embedded_defaults_answers_and_stops_on_sigint() -> None:
-    with subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--port", "0"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    ) as proc:
-        _check_serving(proc)
-
-
-def _check_serving(proc: subprocess.Popen[str]) -> None:
-    try:
+    with serve_process("--port", "0") as (proc, url, _):
         assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("subagent-engine serving on http://127.0.0.1:"), line
-        url = line.split()[3]
         assert "agents: research, review; parent: scripted" in proc.stdout.readline()
         assert httpx.get(f"{url}/healthz", timeout=10).json() == {"status": "ok"}
         started = httpx.post(
@@ -56,10 +40,6 @@ def _check_serving(proc: subprocess.Popen[str]) -> None:
         assert kinds.count("SUBAGENT_STARTED") == 2
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=20) == 0
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
 
 
 def test_a_bad_config_exits_2_with_file_line_and_field(
@@ -158,35 +138,20 @@ def test_a_host_token_that_is_unset_or_short_is_refused_before_listening(
 
 def test_serve_with_a_host_token_starts_runs_only_for_who_presents_it(tmp_path: Path) -> None:
     token = "t" * 12 + "0123456789"
-    with subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--port", "0", "--token-env", "SE_HOST_TOKEN"],
-        cwd=REPO,
-        env={**os.environ, "SE_HOST_TOKEN": token},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line.startswith("subagent-engine serving on http://127.0.0.1:"), line
-            url = line.split()[3]
-            body = {"messages": [{"id": "1", "role": "user", "content": "hi"}]}
-            refused = httpx.post(f"{url}/runs", json=body, timeout=10)
-            assert refused.status_code == 401
-            started = httpx.post(
-                f"{url}/runs", json=body, timeout=10, headers={"authorization": f"Bearer {token}"}
-            )
-            assert started.status_code == 201
-            output = proc.stdout.readline() + proc.stdout.readline()
-            assert token not in output
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=20) == 0
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    env = {**os.environ, "SE_HOST_TOKEN": token}
+    with serve_process("--port", "0", "--token-env", "SE_HOST_TOKEN", env=env) as (proc, url, _):
+        assert proc.stdout is not None
+        body = {"messages": [{"id": "1", "role": "user", "content": "hi"}]}
+        refused = httpx.post(f"{url}/runs", json=body, timeout=10)
+        assert refused.status_code == 401
+        started = httpx.post(
+            f"{url}/runs", json=body, timeout=10, headers={"authorization": f"Bearer {token}"}
+        )
+        assert started.status_code == 201
+        output = proc.stdout.readline() + proc.stdout.readline()
+        assert token not in output
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
 
 
 def test_a_run_store_that_is_not_ours_fails_before_listening(

@@ -15,7 +15,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +23,7 @@ import httpx
 
 from adapters.agui import check_frames, parse_sse
 from tests.helpers.peers import A2AFaultyServer
+from tests.helpers.processes import serve_process
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,29 +31,15 @@ REPO = Path(__file__).resolve().parents[2]
 @contextmanager
 def _serve(config: Path) -> Iterator[tuple[subprocess.Popen[str], str, list[str]]]:
     """`serve` on `config`, port 0; yields the process, its URL and its banner lines."""
-    with subprocess.Popen(
-        [sys.executable, "-m", "cli", "serve", "--config", str(config), "--port", "0"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-        start_new_session=True,
-    ) as proc:
-        try:
-            assert proc.stdout is not None
-            banner = [proc.stdout.readline()]
-            assert banner[0].startswith("subagent-engine serving on http://127.0.0.1:"), banner
-            url = banner[0].split()[3]
-            for _ in range(4):  # agents, then runs recovered (if any), then the store
-                line = proc.stdout.readline()
-                banner.append(line)
-                if not line or line.startswith("  runs kept in:"):
-                    break
-            yield proc, url, banner
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+    with serve_process("--config", str(config), "--port", "0") as (proc, url, first):
+        assert proc.stdout is not None
+        banner = [first]
+        for _ in range(4):  # agents, then runs recovered (if any), then the store
+            line = proc.stdout.readline()
+            banner.append(line)
+            if not line or line.startswith("  runs kept in:"):
+                break
+        yield proc, url, banner
 
 
 def _engine_events(response: httpx.Response) -> Iterator[tuple[int, dict[str, object]]]:

@@ -14,7 +14,6 @@ it cannot use, naming the variable and never its value.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.helpers import REPO_ROOT
+from tests.helpers import REPO_ROOT, processes
 from tests.helpers.otlp import OtlpReceiver, ReceivedSpan, otlp_receiver
 from tests.helpers.peers import A2AFaultyServer, ServedAgent
 from tests.helpers.processes import ready_server
@@ -75,31 +74,14 @@ def serve_process(config: Path, toml: str) -> Iterator[tuple[str, subprocess.Pop
     """`subagent-engine serve --config config` and its base URL; stopped with SIGINT after."""
     config.write_text(toml)
     stderr_path = config.with_suffix(".stderr")
-    with (
-        stderr_path.open("w") as stderr,
-        subprocess.Popen(
-            [sys.executable, "-m", "cli", "serve", "--config", str(config)],
-            cwd=REPO_ROOT,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            text=True,
-            start_new_session=True,
-        ) as proc,
+    with processes.serve_process("--config", str(config), stderr=stderr_path) as (
+        proc,
+        url,
+        _,
     ):
-        try:
-            assert proc.stdout is not None
-            line = proc.stdout.readline()
-            assert line.startswith("subagent-engine serving on http://127.0.0.1:"), (
-                line + stderr_path.read_text()
-            )
-            yield line.split()[3], proc
-            proc.send_signal(signal.SIGINT)
-            assert proc.wait(timeout=30) == 0, stderr_path.read_text()
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        yield url, proc
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, stderr_path.read_text()
 
 
 def one(spans: list[ReceivedSpan], service: str, name: str) -> ReceivedSpan:

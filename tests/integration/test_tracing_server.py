@@ -18,8 +18,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -41,8 +39,8 @@ from adapters.agui import AguiAgentConfig, AguiTarget, parse_sse
 from adapters.inprocess import InProcessTarget, LocalTask
 from adapters.parents import ScriptedParent
 from engine import AgentSpec, DelegationPolicy, Engine, InputRequiredMode
-from tests.helpers import REPO_ROOT
 from tests.helpers.otlp import otlp_receiver
+from tests.helpers.processes import serve_process
 from web.config import parse_config
 from web.server import ViewerTrace, create_app, default_encoder_factory, open_host, serve_app
 
@@ -523,42 +521,23 @@ def test_serve_exports_a_runs_spans_to_the_collector_and_flushes_them_when_it_st
         )
         env = {**os.environ, "SE_OTLP_HEADERS": f"api-key={SECRET}"}
         stderr_path = tmp_path / "stderr.txt"
-        with (
-            stderr_path.open("w") as stderr,
-            subprocess.Popen(
-                [sys.executable, "-m", "cli", "serve", "--config", str(config)],
-                cwd=REPO_ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=stderr,
-                text=True,
-                start_new_session=True,
-            ) as proc,
-        ):
-            try:
-                assert proc.stdout is not None
-                line = proc.stdout.readline()
-                assert line.startswith("subagent-engine serving on http://127.0.0.1:"), line
-                url = line.split()[3]
-                banner = []
-                while not any(entry.startswith("  traces:") for entry in banner):
-                    banner.append(proc.stdout.readline())
-                    assert banner[-1], banner
-                assert f"  traces: OTLP/HTTP to {receiver.endpoint} (sample ratio 1)\n" in banner
-                with httpx.Client(timeout=30) as http:
-                    headers = {"traceparent": TRACEPARENT}
-                    answer = http.post(f"{url}/agui", json=RUN_INPUT, headers=headers)
-                assert answer.status_code == 200
-                assert b"RUN_FINISHED" in answer.content
-                run_id = answer.headers["x-run-id"]
-                proc.send_signal(signal.SIGINT)
-                assert proc.wait(timeout=30) == 0
-                rest = proc.stdout.read()
-            finally:
-                if proc.poll() is None:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+        serving = serve_process("--config", str(config), env=env, stderr=stderr_path)
+        with serving as (proc, url, line):
+            assert proc.stdout is not None
+            banner = []
+            while not any(entry.startswith("  traces:") for entry in banner):
+                banner.append(proc.stdout.readline())
+                assert banner[-1], banner
+            assert f"  traces: OTLP/HTTP to {receiver.endpoint} (sample ratio 1)\n" in banner
+            with httpx.Client(timeout=30) as http:
+                headers = {"traceparent": TRACEPARENT}
+                answer = http.post(f"{url}/agui", json=RUN_INPUT, headers=headers)
+            assert answer.status_code == 200
+            assert b"RUN_FINISHED" in answer.content
+            run_id = answer.headers["x-run-id"]
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 0
+            rest = proc.stdout.read()
         # The process is gone: what it exported arrived before it exited (the batch processor
         # waits 5 s between exports; the last batch was sent when the provider shut down).
         spans = receiver.spans
